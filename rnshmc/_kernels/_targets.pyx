@@ -1,0 +1,113 @@
+"""The C-level target interface and the wrapper around Python callables."""
+from libc.stdlib cimport malloc, free
+
+import numpy as np
+
+
+cdef class CTarget:
+    """Base class of every target whose potential can be evaluated from C.
+
+    Subclasses implement ``potential`` and ``potential_and_gradient`` as ``nogil`` C methods on
+    raw pointers to ``dim`` doubles. The ``def`` methods below are the Python entry points
+    (validation, copies), used by the model front ends and the tests.
+    """
+
+    def __init__(self, Py_ssize_t dim):
+        if dim < 1:
+            raise ValueError(f"dim must be a positive integer, got {dim}")
+        self.dim = dim
+
+    cdef int potential(self, const double* q, double* U) except -1 nogil:
+        # Fallback for targets without a cheaper density-only path.
+        cdef double* grad = <double*> malloc(self.dim * sizeof(double))
+        if grad == NULL:
+            with gil:
+                raise MemoryError()
+        try:
+            return self.potential_and_gradient(q, U, grad)
+        finally:
+            free(grad)
+
+    cdef int potential_and_gradient(self, const double* q, double* U, double* grad) except -1 nogil:
+        with gil:
+            raise NotImplementedError(f"{type(self).__name__} does not implement a gradient")
+
+    def spawn(self):
+        """A copy safe to use from another thread at the same time (shares read-only data).
+
+        Stateless targets return ``self``; targets with scratch buffers override this.
+        """
+        return self
+
+    def _checked_point(self, q):
+        q = np.ascontiguousarray(q, dtype=np.float64)
+        if q.shape != (self.dim,):
+            raise ValueError(f"q must have shape ({self.dim},), got {q.shape}")
+        return q
+
+    def eval_potential(self, q):
+        """U(q) = -log density at ``q`` (ndarray of shape (dim,))."""
+        cdef double[::1] qv = self._checked_point(q)
+        cdef double U = 0.0
+        self.potential(&qv[0], &U)
+        return U
+
+    def eval_potential_and_gradient(self, q):
+        """(U(q), grad U(q)) at ``q`` (ndarray of shape (dim,))."""
+        cdef double[::1] qv = self._checked_point(q)
+        grad = np.empty(self.dim)
+        cdef double[::1] g = grad
+        cdef double U = 0.0
+        self.potential_and_gradient(&qv[0], &U, &g[0])
+        return U, grad
+
+
+cdef class PyCallableTarget(CTarget):
+    """A target defined by Python callables in the log-density convention.
+
+    Parameters
+    ----------
+    dim : int
+    logp : callable or None
+        ``logp(q) -> float``. If None, the potential is taken from ``logp_and_grad``.
+    logp_and_grad : callable or None
+        ``logp_and_grad(q) -> (float, ndarray of shape (dim,))``. If None, gradients raise.
+    """
+
+    def __init__(self, Py_ssize_t dim, logp=None, logp_and_grad=None):
+        super().__init__(dim)
+        if logp is None and logp_and_grad is None:
+            raise ValueError("need logp or logp_and_grad")
+        self._logp = logp
+        self._logp_and_grad = logp_and_grad
+
+    @property
+    def has_gradient(self):
+        return self._logp_and_grad is not None
+
+    cdef int potential(self, const double* q, double* U) except -1 nogil:
+        with gil:
+            qa = np.array(<double[:self.dim]> q)  # a fresh array: the callable may keep it
+            if self._logp is not None:
+                U[0] = -float(self._logp(qa))
+            else:
+                U[0] = -float(self._logp_and_grad(qa)[0])
+        return 0
+
+    cdef int potential_and_gradient(self, const double* q, double* U, double* grad) except -1 nogil:
+        cdef Py_ssize_t i
+        cdef double[::1] g
+        with gil:
+            if self._logp_and_grad is None:
+                raise TypeError("this target has no gradient: give grad_logp or logp_and_grad")
+            qa = np.array(<double[:self.dim]> q)
+            value, gradient = self._logp_and_grad(qa)
+            gradient = np.asarray(gradient, dtype=np.float64)
+            if gradient.shape != (self.dim,):
+                raise ValueError(
+                    f"the gradient callable returned shape {gradient.shape}, expected ({self.dim},)")
+            g = np.ascontiguousarray(gradient)
+            U[0] = -float(value)
+            for i in range(self.dim):
+                grad[i] = -g[i]
+        return 0

@@ -1,0 +1,455 @@
+"""Convergence and efficiency diagnostics for MCMC output.
+
+Shape convention used by every function here:
+
+* ``(draws,)`` or ``(draws, dim)`` is **one** chain;
+* ``(chains, draws, dim)`` is several chains.
+
+Per-coordinate results have shape ``(dim,)``; for a 1-d input they are a
+Python ``float``.  Every diagnostic needs at least 4 draws per chain and
+finite values, otherwise a :class:`ValueError` naming the problem is raised.
+
+References
+----------
+.. [1] C. J. Geyer (1992). Practical Markov chain Monte Carlo.
+   *Statistical Science* 7(4), 473-483.
+.. [2] A. Vehtari, A. Gelman, D. Simpson, B. Carpenter, P.-C. Bürkner
+   (2021). Rank-normalization, folding, and localization: an improved
+   R-hat for assessing convergence of MCMC. *Bayesian Analysis* 16(2).
+"""
+
+import numpy as np
+from scipy.special import ndtri
+from scipy.stats import rankdata
+
+__all__ = [
+    "autocorrelation",
+    "ess",
+    "rhat",
+    "relative_error_of_mean",
+    "mcse_mean",
+    "summary",
+    "Summary",
+]
+
+_MIN_DRAWS = 4
+
+
+# ---------------------------------------------------------------------------
+# input handling
+# ---------------------------------------------------------------------------
+
+
+def _as_chains(x, name="x", multi=True):
+    """Validate ``x`` and return it as ``(chains, draws, dim)`` plus a flag
+    telling whether the input was 1-d (so results are returned as scalars)."""
+    if np.iscomplexobj(x):
+        raise ValueError(f"{name} must be real-valued, got a complex array")
+    try:
+        arr = np.asarray(x, dtype=float)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{name} must be a numeric array: {err}") from None
+    allowed = (1, 2, 3) if multi else (1, 2)
+    if arr.ndim not in allowed:
+        shapes = "(draws,), (draws, dim)" + (
+            " or (chains, draws, dim)" if multi else "")
+        raise ValueError(
+            f"{name} must have shape {shapes}; got a {arr.ndim}-d array "
+            f"with shape {arr.shape}")
+    scalar = arr.ndim == 1
+    if arr.ndim == 1:
+        arr = arr[None, :, None]
+    elif arr.ndim == 2:
+        arr = arr[None]
+    chains, draws, dim = arr.shape
+    if chains < 1:
+        raise ValueError(f"{name} must contain at least one chain")
+    if dim < 1:
+        raise ValueError(f"{name} must have at least one coordinate")
+    if draws < _MIN_DRAWS:
+        raise ValueError(
+            f"{name} needs at least {_MIN_DRAWS} draws per chain, got {draws}")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} contains non-finite values (nan or inf)")
+    return arr, scalar
+
+
+def _out(values, scalar):
+    """Return a per-coordinate result as a float for 1-d inputs."""
+    return float(values[0]) if scalar else values
+
+
+def _autocov(x):
+    """Biased autocovariance along axis -2 of ``(..., draws, dim)``.
+
+    Zero-padding to a power of two >= 2n makes the circular FFT correlation
+    equal to the linear one (no wrap-around) and keeps the FFT fast.
+    """
+    n = x.shape[-2]
+    xc = x - x.mean(axis=-2, keepdims=True)
+    nfft = 1 << int(np.ceil(np.log2(2 * n)))
+    f = np.fft.rfft(xc, n=nfft, axis=-2)
+    return np.fft.irfft(f * np.conj(f), n=nfft, axis=-2)[..., :n, :] / n
+
+
+# ---------------------------------------------------------------------------
+# autocorrelation and effective sample size
+# ---------------------------------------------------------------------------
+
+
+def autocorrelation(x):
+    """Biased autocorrelation of one chain, per coordinate, via FFT.
+
+    Parameters
+    ----------
+    x : array_like, shape (draws,) or (draws, dim)
+        One chain.
+
+    Returns
+    -------
+    rho : ndarray, same shape as `x`
+        ``rho[k] = c_k / c_0`` with ``c_k = sum_{t<n-k} (x_t - xbar)
+        (x_{t+k} - xbar) / n`` (the biased autocovariance, divided by `n`
+        at every lag).  ``rho[0] == 1``.  A constant coordinate gives
+        ``nan`` throughout.
+
+    Raises
+    ------
+    ValueError
+        If `x` is not 1-d or 2-d, has fewer than 4 draws or non-finite values.
+    """
+    arr, scalar = _as_chains(x, multi=False)
+    acov = _autocov(arr[0])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rho = acov / acov[0]
+    rho[:, np.ptp(arr[0], axis=0) == 0] = np.nan
+    return rho[:, 0] if scalar else rho
+
+
+def _geyer_tau(rho, cap):
+    """Integrated autocorrelation time from ``rho`` of shape (n, dim) using
+    Geyer's initial positive, monotone sequence estimator."""
+    k = rho.shape[0] // 2
+    pairs = rho[0:2 * k:2] + rho[1:2 * k:2]          # Gamma_k
+    # keep pair sums up to (excluding) the first non-positive one
+    keep = np.cumprod(pairs > 0, axis=0).astype(bool)
+    # monotone: each pair sum is replaced by the minimum of itself and all
+    # earlier ones (running min of positive values stays positive)
+    mono = np.minimum.accumulate(pairs, axis=0)
+    tau = -1.0 + 2.0 * np.where(keep, mono, 0.0).sum(axis=0)
+    return np.maximum(tau, 1.0) if cap else tau
+
+
+def ess(x, method="geyer", cap=True):
+    """Effective sample size per coordinate.
+
+    Parameters
+    ----------
+    x : array_like, shape (draws,), (draws, dim) or (chains, draws, dim)
+        One chain (1-d or 2-d input) or several chains (3-d input).
+    method : {"geyer"}
+        Truncation rule; only Geyer's initial monotone sequence is supported.
+    cap : bool, default True
+        If True, the integrated autocorrelation time ``tau`` is floored at 1,
+        so ``ESS <= total number of draws`` (as reported in the papers'
+        tables).  If False there is no floor and antithetic chains may give
+        an ESS larger than the number of draws.
+
+    Returns
+    -------
+    ess : float or ndarray of shape (dim,)
+        ``ESS = N / tau`` with ``N`` the total number of draws.  A constant
+        coordinate gives ``nan``.  With ``cap=False`` a non-positive
+        estimate of ``tau`` (only possible for strongly alternating chains)
+        gives ``inf``.
+
+    Raises
+    ------
+    ValueError
+        On bad shape, fewer than 4 draws, non-finite values or an unknown
+        `method`.
+
+    Notes
+    -----
+    **One chain** of length ``n`` (Geyer 1992): with ``rho_t`` the biased
+    autocorrelation (see :func:`autocorrelation`),
+
+    * ``Gamma_k = rho_{2k} + rho_{2k+1}``, ``k = 0, 1, ..., n//2 - 1``;
+    * the pair sums are summed while positive (stop at the first
+      non-positive one), each replaced by the minimum of itself and all
+      earlier ones (initial monotone sequence);
+    * ``tau = -1 + 2 * sum_k Gamma_k`` and ``ESS = n / tau``.
+
+    **Several chains** (``M`` chains of ``n`` draws) are pooled as in
+    Vehtari et al. (2021) / Stan: with ``acov_m(t)`` the biased
+    autocovariance of chain ``m``, ``s_m^2 = n/(n-1) acov_m(0)`` and
+    ``rho_{t,m} = acov_m(t) / acov_m(0)``,
+
+    * ``W = mean_m s_m^2``;
+    * ``var_plus = (n-1)/n W + B/n`` with ``B/n`` the variance (ddof=1) of
+      the chain means (taken as 0 when ``M = 1``);
+    * ``rho_t = 1 - (W - mean_m(s_m^2 rho_{t,m})) / var_plus``;
+
+    then the same truncated, monotone pair-sum rule gives ``tau`` and
+    ``ESS = M n / tau``.  Chains that disagree on the mean inflate
+    ``var_plus`` and hence ``rho_t``, lowering the ESS.
+    """
+    if method != "geyer":
+        raise ValueError(f"unknown ESS method {method!r}; only 'geyer'")
+    arr, scalar = _as_chains(x)
+    m, n, _ = arr.shape
+    if np.ndim(x) < 3:
+        rho = autocorrelation(arr[0])
+    else:
+        acov = _autocov(arr)                          # (M, n, dim)
+        w = acov[:, 0].mean(axis=0) * n / (n - 1)
+        b_over_n = arr.mean(axis=1).var(axis=0, ddof=1) if m > 1 else 0.0
+        var_plus = (n - 1) / n * w + b_over_n
+        # s_m^2 rho_{t,m} == n/(n-1) acov_m(t); this form avoids 0/0 for
+        # chains that are constant on their own
+        with np.errstate(invalid="ignore", divide="ignore"):
+            rho = 1.0 - (w - acov.mean(axis=0) * n / (n - 1)) / var_plus
+    tau = _geyer_tau(rho, cap)
+    with np.errstate(divide="ignore"):
+        out = np.where(tau > 0, m * n / np.where(tau > 0, tau, 1.0), np.inf)
+    out[np.ptp(arr, axis=(0, 1)) == 0] = np.nan
+    return _out(out, scalar)
+
+
+# ---------------------------------------------------------------------------
+# R-hat
+# ---------------------------------------------------------------------------
+
+
+def _rank_normalise(x):
+    """Jointly rank-normalise ``(chains, draws, dim)`` per coordinate
+    (average ranks for ties, Blom offset as in Vehtari et al. 2021)."""
+    c, n, d = x.shape
+    flat = x.reshape(c * n, d)
+    r = rankdata(flat, method="average", axis=0)
+    return ndtri((r - 3.0 / 8.0) / (c * n + 0.25)).reshape(c, n, d)
+
+
+def _classic_rhat(x):
+    """sqrt(var_plus / W) for ``(chains, draws, dim)``."""
+    n = x.shape[1]
+    w = x.var(axis=1, ddof=1).mean(axis=0)
+    b_over_n = x.mean(axis=1).var(axis=0, ddof=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.sqrt(((n - 1) / n * w + b_over_n) / w)
+
+
+def rhat(x):
+    """Rank-normalised split R-hat (Vehtari et al. 2021), per coordinate.
+
+    Parameters
+    ----------
+    x : array_like, shape (draws,), (draws, dim) or (chains, draws, dim)
+        One or several chains.  A single chain works too: it is split in
+        two halves, so a trend is detected.
+
+    Returns
+    -------
+    rhat : float or ndarray of shape (dim,)
+        ``max(bulk R-hat, tail R-hat)``.  Values close to 1 (say < 1.01)
+        indicate agreement between (split) chains.  A constant coordinate
+        gives ``nan``.
+
+    Raises
+    ------
+    ValueError
+        On bad shape, fewer than 4 draws or non-finite values.
+
+    Notes
+    -----
+    1. Each chain is split in half (the middle draw is dropped when the
+       number of draws is odd), giving ``2M`` chains of ``n//2`` draws.
+    2. All ``S`` draws are ranked jointly per coordinate (average ranks
+       for ties) and mapped to ``z = Phi^{-1}((r - 3/8) / (S + 1/4))``.
+    3. Bulk R-hat is the classic ``sqrt(var_plus / W)`` of ``z``; tail
+       R-hat is the same for the rank-normalised folded draws
+       ``|x - median(x)|``, which catches differences in scale.
+    """
+    arr, scalar = _as_chains(x)
+    n = arr.shape[1]
+    half = n // 2
+    split = np.concatenate([arr[:, :half], arr[:, n - half:]], axis=0)
+    bulk = _classic_rhat(_rank_normalise(split))
+    med = np.median(split, axis=(0, 1))
+    tail = _classic_rhat(_rank_normalise(np.abs(split - med)))
+    out = np.fmax(bulk, tail)
+    out[np.ptp(split, axis=(0, 1)) == 0] = np.nan
+    return _out(out, scalar)
+
+
+# ---------------------------------------------------------------------------
+# errors of the mean
+# ---------------------------------------------------------------------------
+
+
+def relative_error_of_mean(x, true_mean):
+    """Relative error of the running mean against a known mean.
+
+    Parameters
+    ----------
+    x : array_like, shape (draws,), (draws, dim) or (chains, draws, dim)
+        One or several chains.
+    true_mean : array_like, shape (dim,)
+        The exact expectation ``E[q]``; a scalar is also accepted for 1-d
+        `x`.  It must not be the zero vector.
+
+    Returns
+    -------
+    rem : ndarray, shape (draws,) for one chain, (chains, draws) otherwise
+        ``REM(t) = ||qbar(t) - E[q]||_2 / ||E[q]||_2`` with ``qbar(t)`` the
+        mean of the first ``t + 1`` draws of the chain.
+
+    Raises
+    ------
+    ValueError
+        On bad `x`, if `true_mean` does not have shape ``(dim,)``, is not
+        finite or has zero norm.
+    """
+    arr, _ = _as_chains(x)
+    dim = arr.shape[2]
+    mu = np.asarray(true_mean, dtype=float)
+    if mu.ndim == 0 and np.ndim(x) == 1:
+        mu = mu[None]
+    if mu.shape != (dim,):
+        raise ValueError(
+            f"true_mean must have shape ({dim},) to match x, got {mu.shape}")
+    if not np.all(np.isfinite(mu)):
+        raise ValueError("true_mean contains non-finite values")
+    norm = np.linalg.norm(mu)
+    if norm == 0:
+        raise ValueError("true_mean has zero norm; relative error undefined")
+    running = np.cumsum(arr, axis=1) / np.arange(1, arr.shape[1] + 1)[:, None]
+    rem = np.linalg.norm(running - mu, axis=2) / norm
+    return rem if np.ndim(x) == 3 else rem[0]
+
+
+def mcse_mean(x):
+    """Monte Carlo standard error of the mean, per coordinate.
+
+    Parameters
+    ----------
+    x : array_like, shape (draws,), (draws, dim) or (chains, draws, dim)
+        One or several chains.
+
+    Returns
+    -------
+    mcse : float or ndarray of shape (dim,)
+        ``sd / sqrt(ess(x, cap=False))`` with ``sd`` the standard deviation
+        (ddof=1) of all draws pooled.  ``nan`` for a constant coordinate.
+
+    Raises
+    ------
+    ValueError
+        On bad shape, fewer than 4 draws or non-finite values.
+    """
+    arr, scalar = _as_chains(x)
+    sd = arr.reshape(-1, arr.shape[2]).std(axis=0, ddof=1)
+    n_eff = np.atleast_1d(ess(x, cap=False))
+    return _out(sd / np.sqrt(n_eff), scalar)
+
+
+# ---------------------------------------------------------------------------
+# summary table
+# ---------------------------------------------------------------------------
+
+
+class Summary(dict):
+    """Dict of per-coordinate diagnostics with attribute access.
+
+    Every value is an array of shape ``(dim,)``.  ``str(summary)`` (also
+    ``repr`` and :meth:`to_text`) renders an aligned table with one row per
+    coordinate.
+    """
+
+    def __getattr__(self, key):
+        try:
+            return self[key]
+        except KeyError:
+            raise AttributeError(key) from None
+
+    def to_text(self):
+        """Render the summary as an aligned text table.
+
+        Returns
+        -------
+        text : str
+            A header line followed by one line per coordinate.
+        """
+        cols = [k for k in self if k != "names"]
+        rows = [["name"] + cols]
+        for i, name in enumerate(self["names"]):
+            row = [str(name)]
+            for k in cols:
+                v = float(self[k][i])
+                fmt = {"ess": ".0f", "rhat": ".3f"}.get(k, ".4g")
+                row.append(format(v, fmt))
+            rows.append(row)
+        widths = [max(len(r[j]) for r in rows) for j in range(len(rows[0]))]
+        lines = [
+            "  ".join([r[0].ljust(widths[0])]
+                      + [c.rjust(w) for c, w in zip(r[1:], widths[1:])])
+            for r in rows
+        ]
+        return "\n".join(lines)
+
+    __str__ = to_text
+    __repr__ = to_text
+
+
+def summary(x, names=None, quantiles=(0.05, 0.5, 0.95)):
+    """Per-coordinate posterior summary and diagnostics.
+
+    Parameters
+    ----------
+    x : array_like, shape (draws,), (draws, dim) or (chains, draws, dim)
+        One or several chains.
+    names : sequence of str, optional
+        One name per coordinate; defaults to ``'q[0]', 'q[1]', ...``.
+    quantiles : sequence of float, default (0.05, 0.5, 0.95)
+        Probabilities in [0, 1]; each gives a key ``f"q{round(100*q):g}"``.
+
+    Returns
+    -------
+    Summary
+        Dict (with attribute access) with keys ``'names'``, ``'mean'``,
+        ``'sd'``, ``'mcse_mean'``, the quantile keys, ``'ess'`` (capped,
+        see :func:`ess`) and ``'rhat'``; each value has shape ``(dim,)``.
+        Mean, sd (ddof=1) and quantiles are over all draws pooled.
+
+    Raises
+    ------
+    ValueError
+        On bad `x`, a wrong number of `names`, or quantiles outside [0, 1]
+        or mapping to the same key.
+    """
+    arr, _ = _as_chains(x)
+    dim = arr.shape[2]
+    if names is None:
+        names = [f"q[{i}]" for i in range(dim)]
+    names = np.asarray([str(s) for s in names])
+    if names.shape != (dim,):
+        raise ValueError(f"names must have {dim} entries, got {names.size}")
+    qs = np.asarray(quantiles, dtype=float).reshape(-1)
+    if np.any((qs < 0) | (qs > 1)) or not np.all(np.isfinite(qs)):
+        raise ValueError(f"quantiles must lie in [0, 1], got {quantiles}")
+    qkeys = [f"q{round(100 * q):g}" for q in qs]
+    if len(set(qkeys)) != len(qkeys):
+        raise ValueError(f"quantiles {quantiles} give duplicate keys {qkeys}")
+
+    flat = arr.reshape(-1, dim)
+    out = Summary(names=names)
+    out["mean"] = flat.mean(axis=0)
+    out["sd"] = flat.std(axis=0, ddof=1)
+    # pass the original x so one chain uses the single-chain ESS definition;
+    # atleast_1d keeps shape (dim,) for 1-d input
+    out["mcse_mean"] = np.atleast_1d(mcse_mean(x))
+    for key, q in zip(qkeys, np.quantile(flat, qs, axis=0)):
+        out[key] = q
+    out["ess"] = np.atleast_1d(ess(x))
+    out["rhat"] = np.atleast_1d(rhat(x))
+    return out

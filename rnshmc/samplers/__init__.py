@@ -1,0 +1,4 @@
+"""Sampler front ends."""
+from .hmc import HMC
+
+__all__ = ["HMC"]
