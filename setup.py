@@ -61,7 +61,7 @@ for pyx in sorted(glob("rnshmc/_kernels/*.pyx")):
         Extension(
             name,
             [pyx],
-            include_dirs=[np.get_include()],
+            include_dirs=[np.get_include(), "rnshmc/_kernels"],
             library_dirs=[numpy_random_lib],
             libraries=["npyrandom"] + ([] if sys.platform == "win32" else ["m"]),
             extra_compile_args=base_compile + omp_compile,

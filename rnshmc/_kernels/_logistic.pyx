@@ -9,7 +9,7 @@ OpenMP threads (static schedule); per-block partial sums are reduced serially in
 the result is bit-identical whatever the number of threads.
 """
 from cython.parallel cimport prange
-from libc.math cimport exp, log, log1p, fabs, fmax, sqrt
+from libc.math cimport exp, log1p, fabs, fmax, sqrt
 
 import numpy as np
 
@@ -22,7 +22,6 @@ from ._targets cimport CTarget
 # in L2 between its two passes.
 cdef enum:
     BLOCK_ELEMENTS = 8192
-    LOG_CHUNK = 64
 
 openmp_enabled = bool(RNSHMC_OPENMP_ENABLED)
 
@@ -32,6 +31,29 @@ cdef inline double softplus_and_sigmoid(double eta, double* sigmoid) noexcept no
     cdef double t = exp(-fabs(eta))
     sigmoid[0] = (1.0 if eta >= 0.0 else t) / (1.0 + t)
     return fmax(eta, 0.0) + log1p(t)
+
+
+cdef extern from "_logistic_block.h":
+    double logistic_block "rnshmc_logistic_block" (
+        double* eta, const double* y, Py_ssize_t n, int want_residual) noexcept nogil
+    double exp_nonpositive "rnshmc_exp_nonpositive" (double x) noexcept nogil
+    void weighted_row_sum "rnshmc_weighted_row_sum" (
+        const double* X, const double* r, Py_ssize_t n, Py_ssize_t d, double* out) noexcept nogil
+
+
+def _exp_nonpositive_memview(const double[::1] x):
+    """Test twin of the vectorisable exp used for exp(-|eta|) (x <= 0)."""
+    out = np.empty(x.shape[0])
+    cdef double[::1] o = out
+    cdef Py_ssize_t i
+    for i in range(x.shape[0]):
+        o[i] = exp_nonpositive(x[i])
+    return out
+
+
+def _logistic_block_memview(double[::1] eta, const double[::1] y, bint want_residual):
+    """Test twin of the per-block row work (overwrites eta with residuals if asked)."""
+    return logistic_block(&eta[0], &y[0], eta.shape[0], want_residual)
 
 
 cdef class LogisticTarget(CTarget):
@@ -47,14 +69,14 @@ cdef class LogisticTarget(CTarget):
     cdef double[:, ::1] scaled_block
 
     def __init__(self, const double[:, ::1] X, const double[::1] y, double prior_variance,
-                 int n_threads=0):
+                 int n_threads=0, Py_ssize_t block_rows=0):
         super().__init__(X.shape[1])
         self.X = X
         self.y = y
         self.n_rows = X.shape[0]
         self.inv_prior_variance = 1.0 / prior_variance
         self.n_threads = n_threads
-        self.block_rows = max(16, BLOCK_ELEMENTS // self.dim)
+        self.block_rows = block_rows if block_rows > 0 else max(16, BLOCK_ELEMENTS // self.dim)
         self.n_blocks = (self.n_rows + self.block_rows - 1) // self.block_rows
         self.eta = np.empty(self.n_rows)
         self.block_potential = np.empty(self.n_blocks)
@@ -63,7 +85,8 @@ cdef class LogisticTarget(CTarget):
 
     def spawn(self):
         """An independent copy (own scratch, shared X and y) for use from another thread."""
-        return LogisticTarget(self.X, self.y, 1.0 / self.inv_prior_variance, self.n_threads)
+        return LogisticTarget(self.X, self.y, 1.0 / self.inv_prior_variance, self.n_threads,
+                              self.block_rows)
 
     cdef int threads(self) noexcept nogil:
         # 0 means "follow the OpenMP limit" (OMP_NUM_THREADS, threadpoolctl) at call time.
@@ -76,35 +99,18 @@ cdef class LogisticTarget(CTarget):
         """U(q), and grad U(q) into ``grad`` unless it is NULL."""
         cdef Py_ssize_t b, i, j, start, stop
         cdef int d = <int> self.dim
-        cdef double total, s, eta, t, product
-        cdef Py_ssize_t c, chunk, chunk_end
+        cdef double total
         cdef bint want_gradient = grad != NULL
         for b in prange(self.n_blocks, schedule="static", num_threads=self.threads()):
             start = b * self.block_rows
             stop = min(start + self.block_rows, self.n_rows)
             _gemv(RowMajor, NoTrans, <int> (stop - start), d, 1.0, &self.X[start, 0], d, q, 1,
                   0.0, &self.eta[start], 1)
-            # softplus(eta) = max(eta, 0) + log(1 + t), t = exp(-|eta|) in (0, 1]: the logs of a
-            # chunk are summed as the log of the product of its (1 + t) factors (each <= 2, so
-            # LOG_CHUNK of them cannot overflow), one log per chunk instead of one per row.
-            s = 0.0
-            for c in range((stop - start + LOG_CHUNK - 1) // LOG_CHUNK):
-                chunk = start + c * LOG_CHUNK
-                chunk_end = min(chunk + LOG_CHUNK, stop)
-                product = 1.0
-                for i in range(chunk, chunk_end):
-                    eta = self.eta[i]
-                    t = exp(-fabs(eta))
-                    product = product * (1.0 + t)
-                    s = s + fmax(eta, 0.0) - self.y[i] * eta
-                    if want_gradient:
-                        # residual sigmoid(eta) - y, reused by the gradient pass over the block
-                        self.eta[i] = (1.0 if eta >= 0.0 else t) / (1.0 + t) - self.y[i]
-                s = s + log(product)
-            self.block_potential[b] = s
+            self.block_potential[b] = logistic_block(&self.eta[start], &self.y[start],
+                                                     stop - start, want_gradient)
             if want_gradient:
-                _gemv(RowMajor, Trans, <int> (stop - start), d, 1.0, &self.X[start, 0], d,
-                      &self.eta[start], 1, 0.0, &self.block_gradient[b, 0], 1)
+                weighted_row_sum(&self.X[start, 0], &self.eta[start], stop - start, self.dim,
+                                 &self.block_gradient[b, 0])
         total = 0.0
         for j in range(self.dim):
             total = total + q[j] * q[j]

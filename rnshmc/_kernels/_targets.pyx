@@ -39,6 +39,20 @@ cdef class CTarget:
         """
         return self
 
+    def time_gradient(self, q, Py_ssize_t repeats):
+        """Seconds per potential-and-gradient evaluation at ``q``, timed over ``repeats``
+        calls from C (for overhead benchmarks)."""
+        from time import perf_counter
+        cdef double[::1] qv = self._checked_point(q)
+        cdef double[::1] g = np.empty(self.dim)
+        cdef double U
+        cdef Py_ssize_t i
+        start = perf_counter()
+        with nogil:
+            for i in range(repeats):
+                self.potential_and_gradient(&qv[0], &U, &g[0])
+        return (perf_counter() - start) / max(repeats, 1)
+
     def _checked_point(self, q):
         q = np.ascontiguousarray(q, dtype=np.float64)
         if q.shape != (self.dim,):
