@@ -60,27 +60,36 @@ class WarmupSchedule:
     """Stan's windowed warm-up schedule for ``n_tune`` iterations.
 
     Iterations are split into an initial buffer (75), slow windows starting at 25 iterations and
-    doubling, and a terminal buffer (50). With fewer than 150 iterations the split is 15%, 75%,
-    10%. ``window_end(i)`` is True at the last iteration of a slow window, when the variance
-    estimate is installed.
+    doubling, and a terminal buffer (50); a window that would leave less than twice its doubled
+    size before the terminal buffer is stretched to it. With fewer than 150 iterations the split
+    is 15%, 75%, 10%; with fewer than 20 there are no windows (only the step size adapts).
+    ``window_end(i)`` is True at the last iteration of a slow window, when the variance estimate
+    is installed. This is a port of Stan's ``windowed_adaptation``.
     """
 
     def __init__(self, n_tune, init_buffer=75, term_buffer=50, base_window=25):
         self.n_tune = n_tune
+        self.ends = []
+        if n_tune < 20:
+            self.slow_start = self.slow_end = n_tune
+            self._ends = set()
+            return
         if n_tune < init_buffer + term_buffer + base_window:
             init_buffer = int(0.15 * n_tune)
             term_buffer = int(0.1 * n_tune)
             base_window = n_tune - init_buffer - term_buffer
         self.slow_start = init_buffer
         self.slow_end = n_tune - term_buffer
-        self.ends = []
-        start, size = init_buffer, base_window
-        while start + size <= self.slow_end and size > 0:
-            # a window that would leave less than twice its size is stretched to the end
-            if start + 3 * size > self.slow_end:
-                size = self.slow_end - start
-            self.ends.append(start + size - 1)
-            start, size = start + size, 2 * size
+        last = self.slow_end - 1
+        size = base_window
+        end = init_buffer + size - 1
+        self.ends.append(end)
+        while end != last:
+            size *= 2
+            end += size
+            if end != last and end + 2 * size >= self.slow_end:
+                end = last
+            self.ends.append(end)
         self._ends = set(self.ends)
 
     def in_slow_window(self, i):

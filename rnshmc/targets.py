@@ -51,12 +51,12 @@ class Target:
         for name, f in (("logp", logp), ("grad_logp", grad_logp), ("logp_and_grad", logp_and_grad)):
             if f is not None and not callable(f):
                 raise TypeError(f"{name} must be callable, got {type(f).__name__}")
-        if logp is None and logp_and_grad is None:
-            raise ValueError("give logp, or logp_and_grad")
         if grad_logp is not None and logp_and_grad is not None:
             raise ValueError("give grad_logp or logp_and_grad, not both")
         if grad_logp is not None and logp is None:
             raise ValueError("grad_logp needs logp")
+        if logp is None and logp_and_grad is None:
+            raise ValueError("give logp, or logp_and_grad")
         if dim is not None:
             dim = _check_dim(dim)
         self._logp = logp
@@ -105,6 +105,20 @@ def target_dim(target):
     return None if dim is None else _check_dim(dim)
 
 
+def _not_a_target(target):
+    return TypeError(
+        "a target must be an rnshmc.Target, a built-in model, or an object with dim, "
+        f"log_density and log_density_gradient; got {type(target).__name__}")
+
+
+def check_target(target):
+    """Raise TypeError unless ``target`` is something :func:`as_ctarget` accepts."""
+    if isinstance(target, (CTarget, Target)) or isinstance(getattr(target, "_ctarget", None), CTarget):
+        return
+    if not callable(getattr(target, "log_density", None)):
+        raise _not_a_target(target)
+
+
 def as_ctarget(target, dim=None):
     """The C-level target behind ``target`` (see the module docstring for what is accepted).
 
@@ -137,6 +151,4 @@ def as_ctarget(target, dim=None):
         gradient = getattr(target, "log_density_gradient", None)
         return PyCallableTarget(dim, logp=target.log_density,
                                 logp_and_grad=gradient if callable(gradient) else None)
-    raise TypeError(
-        "a target must be an rnshmc.Target, a built-in model, or an object with dim, "
-        f"log_density and log_density_gradient; got {type(target).__name__}")
+    raise _not_a_target(target)

@@ -196,11 +196,12 @@ cdef class HMCKernel:
             _symv(RowMajor, Lower, n, 1.0, self.inv_mass, n, self.p, 1, 0.0, self.v, 1)
         return 0.5 * _dot(n, self.p, 1, self.v, 1)
 
-    cdef int trajectory(self, double step_size, Py_ssize_t n_steps, double* U_dyn_end,
-                        double* U_test_end, double* kinetic_end) except -1 nogil:
+    cdef Py_ssize_t trajectory(self, double step_size, Py_ssize_t n_steps, double* U_dyn_end,
+                               double* U_test_end, double* kinetic_end) except -1 nogil:
         """Leapfrog from (q, p) into (q_new, p) with the gradient cached between steps.
 
         Stops early at a non-finite potential or gradient (the proposal is then rejected).
+        Returns the number of steps taken.
         """
         cdef Py_ssize_t step
         cdef int n = <int> self.dim
@@ -219,7 +220,7 @@ cdef class HMCKernel:
                 U_dyn_end[0] = INFINITY
                 U_test_end[0] = INFINITY
                 kinetic_end[0] = INFINITY
-                return 0
+                return step + 1
             _axpy(n, -half, self.grad_new, 1, self.p, 1)
         U_dyn_end[0] = U
         if self.same_target:
@@ -228,7 +229,7 @@ cdef class HMCKernel:
             self.test.potential(self.q_new, U_test_end)
             self.n_density_evals += 1
         kinetic_end[0] = self.kinetic_and_velocity()
-        return 0
+        return n_steps
 
     cdef int transitions(self, bitgen_t* bitgen, Py_ssize_t n_iter, double step_size,
                          Py_ssize_t n_steps, bint jitter, double* samples, double* log_density,
@@ -241,7 +242,7 @@ cdef class HMCKernel:
             self.draw_momentum(bitgen)
             length = <Py_ssize_t> random_interval(bitgen, n_steps - 1) + 1 if jitter else n_steps
             H0 = self.U_test + self.kinetic_and_velocity()
-            self.trajectory(step_size, length, &U_dyn_new, &U_test_new, &kinetic_new)
+            length = self.trajectory(step_size, length, &U_dyn_new, &U_test_new, &kinetic_new)
             H1 = U_test_new + kinetic_new
             dH = H1 - H0
             u = random_standard_uniform(bitgen)

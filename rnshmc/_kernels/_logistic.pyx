@@ -37,6 +37,8 @@ cdef extern from "_logistic_block.h":
     double logistic_block "rnshmc_logistic_block" (
         double* eta, const double* y, Py_ssize_t n, int want_residual) noexcept nogil
     double exp_nonpositive "rnshmc_exp_nonpositive" (double x) noexcept nogil
+    void row_dots "rnshmc_row_dots" (
+        const double* X, const double* beta, Py_ssize_t n, Py_ssize_t d, double* eta) noexcept nogil
     void weighted_row_sum "rnshmc_weighted_row_sum" (
         const double* X, const double* r, Py_ssize_t n, Py_ssize_t d, double* out) noexcept nogil
 
@@ -88,6 +90,10 @@ cdef class LogisticTarget(CTarget):
         return LogisticTarget(self.X, self.y, 1.0 / self.inv_prior_variance, self.n_threads,
                               self.block_rows)
 
+    def __reduce__(self):
+        return (LogisticTarget, (np.asarray(self.X), np.asarray(self.y),
+                                 1.0 / self.inv_prior_variance, self.n_threads, self.block_rows))
+
     cdef int threads(self) noexcept nogil:
         # 0 means "follow the OpenMP limit" (OMP_NUM_THREADS, threadpoolctl) at call time.
         cdef int limit = omp_get_max_threads()
@@ -104,8 +110,7 @@ cdef class LogisticTarget(CTarget):
         for b in prange(self.n_blocks, schedule="static", num_threads=self.threads()):
             start = b * self.block_rows
             stop = min(start + self.block_rows, self.n_rows)
-            _gemv(RowMajor, NoTrans, <int> (stop - start), d, 1.0, &self.X[start, 0], d, q, 1,
-                  0.0, &self.eta[start], 1)
+            row_dots(&self.X[start, 0], q, stop - start, self.dim, &self.eta[start])
             self.block_potential[b] = logistic_block(&self.eta[start], &self.y[start],
                                                      stop - start, want_gradient)
             if want_gradient:

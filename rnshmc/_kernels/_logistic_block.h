@@ -33,7 +33,9 @@
 
 #if defined(_OPENMP) && !defined(_MSC_VER)
 #define RNSHMC_SIMD _Pragma("omp simd")
+#define RNSHMC_SIMD_DOTS _Pragma("omp simd reduction(+:s0,s1,s2,s3,s4,s5,s6,s7)")
 #else
+#define RNSHMC_SIMD_DOTS
 #define RNSHMC_SIMD
 #endif
 
@@ -131,6 +133,36 @@ static void rnshmc_weighted_row_sum(const double *X, const double *r, Py_ssize_t
         RNSHMC_SIMD
         for (Py_ssize_t j = 0; j < d; j++)
             out[j] += ri * x[j];
+    }
+}
+
+/* eta[i] = X[i, :] . beta for the n rows of a row-major block of width d, eight rows per sweep
+ * of beta (eight independent sums hide the latency of the reductions). */
+RNSHMC_CLONES
+static void rnshmc_row_dots(const double *X, const double *beta, Py_ssize_t n, Py_ssize_t d,
+                            double *eta)
+{
+    Py_ssize_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const double *x0 = X + i * d, *x1 = x0 + d, *x2 = x1 + d, *x3 = x2 + d;
+        const double *x4 = x3 + d, *x5 = x4 + d, *x6 = x5 + d, *x7 = x6 + d;
+        double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0, s4 = 0.0, s5 = 0.0, s6 = 0.0, s7 = 0.0;
+        RNSHMC_SIMD_DOTS
+        for (Py_ssize_t j = 0; j < d; j++) {
+            double b = beta[j];
+            s0 += x0[j] * b; s1 += x1[j] * b; s2 += x2[j] * b; s3 += x3[j] * b;
+            s4 += x4[j] * b; s5 += x5[j] * b; s6 += x6[j] * b; s7 += x7[j] * b;
+        }
+        eta[i] = s0; eta[i + 1] = s1; eta[i + 2] = s2; eta[i + 3] = s3;
+        eta[i + 4] = s4; eta[i + 5] = s5; eta[i + 6] = s6; eta[i + 7] = s7;
+    }
+    for (; i < n; i++) {
+        const double *x = X + i * d;
+        double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0, s4 = 0.0, s5 = 0.0, s6 = 0.0, s7 = 0.0;
+        RNSHMC_SIMD_DOTS
+        for (Py_ssize_t j = 0; j < d; j++)
+            s0 += x[j] * beta[j];
+        eta[i] = s0;
     }
 }
 

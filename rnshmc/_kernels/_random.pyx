@@ -19,6 +19,8 @@ cdef bitgen_t* get_bitgen(object bit_generator) except NULL:
 def _standard_normal_memview(generator, Py_ssize_t n):
     """Test twin: ``n`` standard normals drawn from C; equal to ``generator.standard_normal(n)``."""
     out = np.empty(n, dtype=np.float64)
+    if n == 0:
+        return out
     cdef double[::1] out_view = out
     bit_generator = generator.bit_generator
     cdef bitgen_t* bitgen = get_bitgen(bit_generator)

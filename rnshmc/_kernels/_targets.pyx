@@ -99,6 +99,10 @@ cdef class PyCallableTarget(CTarget):
     def has_gradient(self):
         return self._logp_and_grad is not None
 
+    def __reduce__(self):
+        # picklable when the callables are (for process pools)
+        return (PyCallableTarget, (self.dim, self._logp, self._logp_and_grad))
+
     cdef int potential(self, const double* q, double* U) except -1 nogil:
         with gil:
             qa = np.array(<double[:self.dim]> q)  # a fresh array: the callable may keep it

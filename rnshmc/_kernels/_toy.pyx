@@ -22,6 +22,9 @@ cdef class GaussianTarget(CTarget):
     def spawn(self):
         return GaussianTarget(self.mean, self.precision)
 
+    def __reduce__(self):
+        return (GaussianTarget, (np.asarray(self.mean), np.asarray(self.precision)))
+
     cdef int potential(self, const double* q, double* U) except -1 nogil:
         return self.potential_and_gradient(q, U, &self.product[0])
 

@@ -8,7 +8,7 @@ from .._kernels._hmc import HMCKernel
 from ..adaptation import DualAveraging, RunningVariance, WarmupSchedule, initial_step_size
 from ..parallel import chain_generators, map_chains
 from ..results import SampleResult
-from ..targets import as_ctarget, target_dim
+from ..targets import as_ctarget, check_target, target_dim
 
 __all__ = ["HMC"]
 
@@ -124,6 +124,7 @@ class HMC:
             raise ValueError(f"target_accept must be in (0, 1), got {target_accept}")
         if not max_energy_error > 0:
             raise ValueError("max_energy_error must be positive")
+        check_target(target)
         if getattr(target, "has_gradient", True) is False:
             raise ValueError("HMC needs the gradient of the log density: give grad_logp or "
                              "logp_and_grad to rnshmc.Target")
@@ -173,6 +174,9 @@ class HMC:
         """
         draws = _positive_int(draws, "draws")
         tune = _positive_int(tune, "tune", minimum=0)
+        if tune == 0 and self.step_size is None:
+            warnings.warn("tune=0 with step_size=None: sampling with the heuristic initial step "
+                          "size, unadapted", stacklevel=2)
         generators = chain_generators(rng, chains)
         chains = len(generators)
         inits = self._initial_points(init, chains, generators)
@@ -266,9 +270,6 @@ class HMC:
             bar.update(1)
         if adapt_step and tune > 0:
             step_size = averaging.final_step_size
-        elif adapt_step:
-            warnings.warn("tune=0 with step_size=None: sampling with the heuristic initial step "
-                          "size, unadapted", stacklevel=3)
         return step_size, inverse_mass
 
     def _combine(self, runs):
