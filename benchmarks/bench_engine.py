@@ -106,23 +106,27 @@ def main():
     ratio_line("C potential only / one X @ b", t["c_p"], t["xb"], 1.1)
 
     print("\n3. HMC seconds per iteration (eps=0.045, L=6 jittered), same model")
-    python_target = rnshmc.Target(None, logp_and_grad=model.log_density_gradient, dim=args.dim)
-    samplers = {"c": rnshmc.HMC(model, step_size=0.045, n_steps=6),
-                "py": rnshmc.HMC(python_target, step_size=0.045, n_steps=6)}
-    iters = 20
-
-    def run(sampler):
-        return lambda: sampler.sample(iters, tune=0, rng=0, init=beta, progress=False)
-
-    t = rounds({k: run(s) for k, s in samplers.items()}, max(5, args.repeats // 3), inner=1)
-    for k, label in [("c", "C-level model"), ("py", "model behind Python callables")]:
-        print(f"  {label:<34s} {1e3 * np.median(t[k]) / iters:9.3f} ms/iter")
-    ratio_line("Python callables / C-level (s/iter)", t["py"], t["c"])
-
-    print("\n4. C loop overhead per leapfrog step beyond the gradient (Gaussian target, d=50)")
     d = 50
     A = np.random.default_rng(2).standard_normal((d, d))
     gaussian = rnshmc.models.Gaussian(np.zeros(d), precision=A @ A.T / d + np.eye(d))
+    iters = 20
+    for label, model_, init, n_iter in [
+            (f"logistic regression, N={args.n}", model, beta, iters),
+            ("Gaussian, d=50 (cheap gradient: shows the per-call cost)", gaussian, np.zeros(d), 2000)]:
+        python_target = rnshmc.Target(None, logp_and_grad=model_.log_density_gradient, dim=model_.dim)
+        samplers = {"c": rnshmc.HMC(model_, step_size=0.045, n_steps=6),
+                    "py": rnshmc.HMC(python_target, step_size=0.045, n_steps=6)}
+
+        def run(sampler, init=init, n_iter=n_iter):
+            return lambda: sampler.sample(n_iter, tune=0, rng=0, init=init, progress=False)
+
+        t = rounds({k: run(s) for k, s in samplers.items()}, max(5, args.repeats // 3), inner=1)
+        print(f"  {label}")
+        for k, name in [("c", "C-level model"), ("py", "same model behind Python callables")]:
+            print(f"    {name:<36s} {1e6 * np.median(t[k]) / n_iter:10.1f} us/iter")
+        ratio_line("  Python callables / C-level (s/iter)", t["py"], t["c"])
+
+    print("\n4. C loop overhead per leapfrog step beyond the gradient (Gaussian target, d=50)")
     kernel = HMCKernel(gaussian._ctarget)
     kernel.set_position(np.zeros(d))
     n_iter, n_steps = 2000, 10

@@ -2,11 +2,11 @@
 
 U(b) = sum_i [softplus(x_i^T b) - y_i x_i^T b] + |b|^2 / (2 alpha), y_i in {0, 1}.
 
-One pass over the rows of X per evaluation: X is split into row blocks small enough to stay in
-cache, and for each block the linear predictor (one BLAS gemv) and the gradient contribution
-(a second gemv over the same, now cached, block) are computed together. Blocks are shared among
-OpenMP threads (static schedule); per-block partial sums are reduced serially in block order, so
-the result is bit-identical whatever the number of threads.
+One pass over the rows of X per evaluation (the fused row kernel of ``_logistic_block.h``: linear
+predictors, softplus terms and residuals, gradient contribution, group by group while the rows
+are in L1). X is split into row blocks shared among OpenMP threads (static schedule); per-block
+partial sums are reduced serially in block order, so the result is bit-identical whatever the
+number of threads.
 """
 from cython.parallel cimport prange
 from libc.math cimport exp, log1p, fabs, fmax, sqrt
@@ -17,11 +17,11 @@ from ._blas cimport RowMajor, Lower, NoTrans, Trans, _gemv, _syrk
 from ._openmp cimport omp_get_max_threads, RNSHMC_OPENMP_ENABLED
 from ._targets cimport CTarget
 
-# OpenBLAS runs gemv single-threaded below about 9216 elements; blocks stay under that so that
-# BLAS called from our threads never starts threads of its own, and a block (<= 64 KiB) stays
-# in L2 between its two passes.
+# Rows per block ~ 8192 / d: enough blocks to balance the threads, few enough that the serial
+# reduction of the per-block gradients (n_blocks * d additions) stays negligible.
 cdef enum:
     BLOCK_ELEMENTS = 8192
+    PREFETCH_BYTES = 4 * 1024 * 1024
 
 openmp_enabled = bool(RNSHMC_OPENMP_ENABLED)
 
@@ -34,13 +34,12 @@ cdef inline double softplus_and_sigmoid(double eta, double* sigmoid) noexcept no
 
 
 cdef extern from "_logistic_block.h":
-    double logistic_block "rnshmc_logistic_block" (
+    double logistic_rows "rnshmc_logistic_rows" (
+        const double* X, const double* y, const double* beta, Py_ssize_t n, Py_ssize_t d,
+        double* eta, double* grad, int prefetch) noexcept nogil
+    double logistic_terms "rnshmc_logistic_terms" (
         double* eta, const double* y, Py_ssize_t n, int want_residual) noexcept nogil
     double exp_nonpositive "rnshmc_exp_nonpositive" (double x) noexcept nogil
-    void row_dots "rnshmc_row_dots" (
-        const double* X, const double* beta, Py_ssize_t n, Py_ssize_t d, double* eta) noexcept nogil
-    void weighted_row_sum "rnshmc_weighted_row_sum" (
-        const double* X, const double* r, Py_ssize_t n, Py_ssize_t d, double* out) noexcept nogil
 
 
 def _exp_nonpositive_memview(const double[::1] x):
@@ -55,7 +54,7 @@ def _exp_nonpositive_memview(const double[::1] x):
 
 def _logistic_block_memview(double[::1] eta, const double[::1] y, bint want_residual):
     """Test twin of the per-block row work (overwrites eta with residuals if asked)."""
-    return logistic_block(&eta[0], &y[0], eta.shape[0], want_residual)
+    return logistic_terms(&eta[0], &y[0], eta.shape[0], want_residual)
 
 
 cdef class LogisticTarget(CTarget):
@@ -65,6 +64,7 @@ cdef class LogisticTarget(CTarget):
     cdef double inv_prior_variance
     cdef public int n_threads
     cdef Py_ssize_t n_rows, block_rows, n_blocks
+    cdef bint prefetch
     cdef double[::1] eta
     cdef double[::1] block_potential
     cdef double[:, ::1] block_gradient
@@ -80,6 +80,8 @@ cdef class LogisticTarget(CTarget):
         self.n_threads = n_threads
         self.block_rows = block_rows if block_rows > 0 else max(16, BLOCK_ELEMENTS // self.dim)
         self.n_blocks = (self.n_rows + self.block_rows - 1) // self.block_rows
+        # X larger than a typical last-level cache share: prefetch rows ahead of use
+        self.prefetch = self.n_rows * self.dim * sizeof(double) > PREFETCH_BYTES
         self.eta = np.empty(self.n_rows)
         self.block_potential = np.empty(self.n_blocks)
         self.block_gradient = np.empty((self.n_blocks, self.dim))
@@ -110,12 +112,9 @@ cdef class LogisticTarget(CTarget):
         for b in prange(self.n_blocks, schedule="static", num_threads=self.threads()):
             start = b * self.block_rows
             stop = min(start + self.block_rows, self.n_rows)
-            row_dots(&self.X[start, 0], q, stop - start, self.dim, &self.eta[start])
-            self.block_potential[b] = logistic_block(&self.eta[start], &self.y[start],
-                                                     stop - start, want_gradient)
-            if want_gradient:
-                weighted_row_sum(&self.X[start, 0], &self.eta[start], stop - start, self.dim,
-                                 &self.block_gradient[b, 0])
+            self.block_potential[b] = logistic_rows(
+                &self.X[start, 0], &self.y[start], q, stop - start, self.dim, &self.eta[start],
+                &self.block_gradient[b, 0] if want_gradient else NULL, self.prefetch)
         total = 0.0
         for j in range(self.dim):
             total = total + q[j] * q[j]
