@@ -71,3 +71,30 @@ def check_covariance():
 def mcse_z():
     """The raw standardised-error functions (for power checks that expect a failure)."""
     return mean_within_mcse
+
+
+# --------------------------------------------------------------------------------------------
+# The papers' data sets (../shared/data beside the checkout, or $RNSHMC_SHARED_DATA)
+
+
+def _shared_data_dir():
+    import os
+    from pathlib import Path
+    candidates = []
+    if os.environ.get("RNSHMC_SHARED_DATA"):
+        candidates.append(Path(os.environ["RNSHMC_SHARED_DATA"]))
+    candidates.append(Path(__file__).resolve().parents[2] / "shared" / "data")
+    for path in candidates:
+        if path.is_dir():
+            return path
+    return None
+
+
+@pytest.fixture
+def shared_data():
+    """Path of the papers' data folder; skips the test when it is absent (a user's clone)."""
+    path = _shared_data_dir()
+    if path is None:
+        pytest.skip("needs the papers' data in ../shared/data beside the checkout (or "
+                    "$RNSHMC_SHARED_DATA); absent here")
+    return path
