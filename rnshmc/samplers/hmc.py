@@ -249,7 +249,10 @@ class HMC:
         step_size = self.step_size if not adapt_step else initial_step_size(
             kernel, generator, target_accept=self.target_accept)
         averaging = DualAveraging(step_size, self.target_accept)
-        schedule = WarmupSchedule(tune)
+        # Stan's schedule, but with a terminal buffer of a fifth of warm-up (Stan: 50
+        # iterations): averaging the step size over only 50 iterations after the last restart
+        # left the acceptance at 0.90-0.94 for a target of 0.8 on Gaussians (min ESS -35%).
+        schedule = WarmupSchedule(tune, term_buffer=max(50, tune // 5))
         variance = RunningVariance(kernel.dim)
         one = _Buffers(1, kernel.dim)
         rows = one.rows(0, 1)
