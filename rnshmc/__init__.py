@@ -1,4 +1,12 @@
 """rnshmc: Hamiltonian Monte Carlo with C-level kernels and random-network surrogates."""
+try:
+    from ._kernels import _targets as _compiled  # noqa: F401  (probe for the built kernels)
+except ImportError as error:  # pragma: no cover - depends on how the package is imported
+    raise ImportError(
+        f"rnshmc's compiled kernels are missing ({error}). This usually means Python imported "
+        f"the source checkout at {__path__[0]} rather than the installed package: run from "
+        "another directory (or use the `rnshmc` command), or build in place with "
+        "`python setup.py build_ext --inplace`.") from error
 from . import datasets, diagnostics, models
 from .results import SampleResult, load
 from .samplers import HMC
