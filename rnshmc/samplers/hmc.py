@@ -237,12 +237,12 @@ class HMC:
         """Warm-up: burn-in with the given step size, or Stan's adaptation. Returns the final
         (step size, inverse mass matrix)."""
         if self.step_size is not None and not self.adapt_mass_matrix:
-            one = _Buffers(tune, kernel.dim)
             chunk = max(1, tune // 100)
+            scratch = _Buffers(chunk, kernel.dim)  # warm-up draws are not kept
             for first in range(0, tune, chunk):
                 n = min(chunk, tune - first)
                 kernel.run(generator, n, self.step_size, self.n_steps, self.jitter,
-                           *one.rows(first, first + n))
+                           *scratch.rows(0, n))
                 bar.update(n)
             return self.step_size, inverse_mass
         adapt_step = self.step_size is None
