@@ -2,7 +2,7 @@
  * it, fused into one pass over the rows of X:
  *     U_block = sum_i softplus(x_i . beta) - y_i x_i . beta,
  *     g_block = sum_i (sigmoid(x_i . beta) - y_i) x_i.
- * Rows are taken in groups of 32 (12.8 KiB at d = 50, so the gradient sweep re-reads them from
+ * Rows are taken in groups of 16 (6.4 KiB at d = 50, so the gradient sweep re-reads them from
  * L1): linear predictors of the group, then its softplus terms and residuals, then its gradient
  * contribution. X is read from memory once per evaluation.
  *
@@ -50,8 +50,8 @@
 #define RNSHMC_PREFETCH(address) ((void)0)
 #endif
 
-#define RNSHMC_GROUP 32        /* rows per group of the fused pass */
-#define RNSHMC_LOG_GROUPS 2    /* groups per log of the product of (1 + t) */
+#define RNSHMC_GROUP 16        /* rows per group of the fused pass */
+#define RNSHMC_LOG_GROUPS 4    /* groups per log of the product of (1 + t) */
 
 /* exp(x) for x <= 0 (x = -|eta|), branch-free; x below -708 is clamped (exp ~ 3e-308). */
 RNSHMC_INLINE double rnshmc_exp_nonpositive(double x)
