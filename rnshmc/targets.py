@@ -87,7 +87,7 @@ class Target:
 
     def _make_ctarget(self, dim):
         return PyCallableTarget(
-            dim, logp=self._logp if self._logp is not None else None,
+            dim, logp=self._logp,
             logp_and_grad=self.log_density_gradient if self.has_gradient else None)
 
 

@@ -105,8 +105,7 @@ cdef class LogisticTarget(CTarget):
 
     cdef void evaluate(self, const double* q, double* U, double* grad) noexcept nogil:
         """U(q), and grad U(q) into ``grad`` unless it is NULL."""
-        cdef Py_ssize_t b, i, j, start, stop
-        cdef int d = <int> self.dim
+        cdef Py_ssize_t b, j, start, stop
         cdef double total
         cdef bint want_gradient = grad != NULL
         for b in prange(self.n_blocks, schedule="static", num_threads=self.threads()):

@@ -220,12 +220,7 @@ class HMC:
             timings["tune"] = time.perf_counter() - start
             out = _Buffers(draws, kernel.dim)
             start = time.perf_counter()
-            chunk = max(1, draws // 100)
-            for first in range(0, draws, chunk):
-                n = min(chunk, draws - first)
-                kernel.run(generator, n, step_size, self.n_steps, self.jitter,
-                           *out.rows(first, first + n))
-                bar.update(n)
+            self._run_in_chunks(kernel, generator, draws, step_size, bar, out)
             timings["sampling"] = time.perf_counter() - start
         finally:
             bar.close()
@@ -233,17 +228,22 @@ class HMC:
                     n_density_evals=kernel.n_density_evals,
                     n_gradient_evals=kernel.n_gradient_evals)
 
+    def _run_in_chunks(self, kernel, generator, n_iter, step_size, bar, out=None):
+        """``n_iter`` transitions in about 100 C calls (so the progress bar moves), written to
+        ``out`` (a _Buffers of n_iter rows), or to one reused chunk of scratch if None."""
+        chunk = max(1, n_iter // 100)
+        scratch = _Buffers(chunk, kernel.dim) if out is None else None
+        for first in range(0, n_iter, chunk):
+            n = min(chunk, n_iter - first)
+            rows = scratch.rows(0, n) if out is None else out.rows(first, first + n)
+            kernel.run(generator, n, step_size, self.n_steps, self.jitter, *rows)
+            bar.update(n)
+
     def _tune(self, kernel, generator, tune, inverse_mass, bar):
         """Warm-up: burn-in with the given step size, or Stan's adaptation. Returns the final
         (step size, inverse mass matrix)."""
         if self.step_size is not None and not self.adapt_mass_matrix:
-            chunk = max(1, tune // 100)
-            scratch = _Buffers(chunk, kernel.dim)  # warm-up draws are not kept
-            for first in range(0, tune, chunk):
-                n = min(chunk, tune - first)
-                kernel.run(generator, n, self.step_size, self.n_steps, self.jitter,
-                           *scratch.rows(0, n))
-                bar.update(n)
+            self._run_in_chunks(kernel, generator, tune, self.step_size, bar)
             return self.step_size, inverse_mass
         adapt_step = self.step_size is None
         step_size = self.step_size if not adapt_step else initial_step_size(
