@@ -9,10 +9,11 @@ except ImportError as error:  # pragma: no cover - depends on how the package is
         "`python setup.py build_ext --inplace`.") from error
 from . import datasets, diagnostics, models
 from .results import SampleResult, load
-from .samplers import HMC
+from .samplers import HMC, RNSHMC
+from .surrogate import RandomNetworkSurrogate
 from .targets import Target
 
 __version__ = "0.1.0"
 
-__all__ = ["HMC", "Target", "SampleResult", "load", "models", "datasets", "diagnostics",
+__all__ = ["HMC", "RNSHMC", "RandomNetworkSurrogate", "Target", "SampleResult", "load", "models", "datasets", "diagnostics",
            "__version__"]

@@ -529,18 +529,21 @@ def test_surrogate_dynamics_true_metropolis_test(check_mean, check_covariance):
 
     kernel = HMCKernel(PyCallableTarget(2, logp_and_grad=surrogate_logp_and_grad), true_target)
     kernel.set_position(true_mean)
-    chains = []
+    chains, steps = [], 0
     for c in range(2):
         kernel.set_position(true_mean)
         out = run_kernel(kernel, np.random.default_rng([12, c]), 6000, 0.5, 5, jitter=True)
         np.testing.assert_allclose(out["log_density"],
                                    [true_logp(q) for q in out["samples"]], rtol=1e-12)
         chains.append(out["samples"])
+        steps += out["n_steps"].sum()
     samples = np.array(chains)
     check_mean(samples, true_mean)
     check_covariance(samples, true_mean, np.diag(true_sd ** 2))
-    # gradients: one per leapfrog step (+ the starts); densities: one more per transition
-    assert kernel.n_density_evals - kernel.n_gradient_evals == 2 * 6000 + 2 + 1
+    # dynamics gradients: one per leapfrog step (+ the 3 starts); test densities: one per
+    # transition (+ the starts), and none during the trajectories
+    assert kernel.n_gradient_evals == steps + 3
+    assert kernel.n_density_evals == 2 * 6000 + 3
 
 
 def test_kernel_checks():

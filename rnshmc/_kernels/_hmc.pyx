@@ -7,9 +7,15 @@ scratch buffers, allocated once. ``run`` performs many transitions in one ``nogi
 Two targets, two roles: the *dynamics* target drives the leapfrog; the *test* target's potential
 enters the Metropolis test. For plain HMC they are the same object and the test potential is the
 one computed with the last gradient (no extra evaluation). For a surrogate sampler the dynamics
-are the surrogate's and the test target is evaluated once per transition (density only).
+are the surrogate's and the test target is evaluated once per transition (density only), or,
+with delayed acceptance, only for proposals that pass a first test on the surrogate's energy.
+
+Delayed acceptance (Christen and Fox 2005) is exact because the surrogate leapfrog (with the
+momentum flip) is a deterministic, volume-preserving involution for each number of steps:
+stage 1 accepts with min(1, exp(-dH_dyn)), stage 2 with min(1, exp(-(dH - dH_dyn))), so the
+product satisfies detailed balance for exp(-H).
 """
-from libc.math cimport exp, isfinite, INFINITY
+from libc.math cimport exp, isfinite, INFINITY, NAN
 from libc.stdint cimport int64_t
 from libc.string cimport memcpy
 
@@ -41,6 +47,8 @@ cdef class HMCKernel:
     cdef CTarget dynamics
     cdef CTarget test
     cdef bint same_target
+    cdef readonly bint delayed_acceptance
+    cdef bint need_dynamics_potential
     cdef readonly Py_ssize_t dim
     cdef double max_energy_error
     # mass matrix: inverse mass (diagonal or dense) and a square root of the mass for momenta
@@ -59,15 +67,24 @@ cdef class HMCKernel:
     cdef double U_dyn
     cdef double U_test
     cdef bint has_state
+    # n_density_evals counts evaluations of the test target (with a shared target, every
+    # gradient evaluation is one too); n_gradient_evals counts gradients of the dynamics target.
     cdef public long long n_density_evals
     cdef public long long n_gradient_evals
 
-    def __init__(self, CTarget dynamics, CTarget test=None, double max_energy_error=1000.0):
+    def __init__(self, CTarget dynamics, CTarget test=None, double max_energy_error=1000.0,
+                 bint delayed_acceptance=False):
         self.dynamics = dynamics
         self.test = dynamics if test is None else test
         self.same_target = self.test is dynamics
         if self.test.dim != dynamics.dim:
             raise ValueError(f"dynamics and test targets differ in dim: {dynamics.dim} vs {self.test.dim}")
+        if delayed_acceptance and self.same_target:
+            raise ValueError("delayed acceptance needs a dynamics target other than the test target")
+        self.delayed_acceptance = delayed_acceptance
+        # the dynamics potential at the end of a trajectory is needed only when it is the test
+        # potential or enters the first stage of delayed acceptance
+        self.need_dynamics_potential = self.same_target or delayed_acceptance
         self.dim = dynamics.dim
         self.max_energy_error = max_energy_error
         self._buffer = np.zeros((6, self.dim))
@@ -134,10 +151,10 @@ cdef class HMCKernel:
         cdef double[::1] g = grad
         self.dynamics.potential_and_gradient(&qv[0], &U_dyn, &g[0])
         self.n_gradient_evals += 1
-        self.n_density_evals += 1
         where = np.array2string(np.asarray(qv), precision=4, threshold=10)
         if self.same_target:
             U_test = U_dyn
+            self.n_density_evals += 1
         else:
             self.test.potential(&qv[0], &U_test)
             self.n_density_evals += 1
@@ -197,73 +214,106 @@ cdef class HMCKernel:
         return 0.5 * _dot(n, self.p, 1, self.v, 1)
 
     cdef Py_ssize_t trajectory(self, double step_size, Py_ssize_t n_steps, double* U_dyn_end,
-                               double* U_test_end, double* kinetic_end) except -1 nogil:
+                               double* kinetic_end) except -1 nogil:
         """Leapfrog from (q, p) into (q_new, p) with the gradient cached between steps.
 
-        Stops early at a non-finite potential or gradient (the proposal is then rejected).
-        Returns the number of steps taken.
+        Only the last step evaluates the dynamics potential, and only if it is needed (else
+        U_dyn_end is NaN). Stops early at a non-finite gradient or end potential, setting
+        U_dyn_end and kinetic_end to +inf (the proposal is then rejected). Returns the number of
+        steps taken.
         """
         cdef Py_ssize_t step
         cdef int n = <int> self.dim
         cdef double half = 0.5 * step_size
-        cdef double U = self.U_dyn
+        cdef double U = NAN
         memcpy(self.q_new, self.q, self.dim * sizeof(double))
         memcpy(self.grad_new, self.grad, self.dim * sizeof(double))
         for step in range(n_steps):
             _axpy(n, -half, self.grad_new, 1, self.p, 1)
             self.kinetic_and_velocity()
             _axpy(n, step_size, self.v, 1, self.q_new, 1)
-            self.dynamics.potential_and_gradient(self.q_new, &U, self.grad_new)
+            if step == n_steps - 1 and self.need_dynamics_potential:
+                self.dynamics.potential_and_gradient(self.q_new, &U, self.grad_new)
+                if self.same_target:
+                    self.n_density_evals += 1
+            else:
+                self.dynamics.gradient(self.q_new, self.grad_new)
+                if self.same_target:  # a model's gradient evaluates its density as well
+                    self.n_density_evals += 1
             self.n_gradient_evals += 1
-            self.n_density_evals += 1
-            if not isfinite(U) or not isfinite(_dot(n, self.grad_new, 1, self.grad_new, 1)):
+            if (not isfinite(_dot(n, self.grad_new, 1, self.grad_new, 1))
+                    or (self.need_dynamics_potential and step == n_steps - 1 and not isfinite(U))):
                 U_dyn_end[0] = INFINITY
-                U_test_end[0] = INFINITY
                 kinetic_end[0] = INFINITY
                 return step + 1
             _axpy(n, -half, self.grad_new, 1, self.p, 1)
         U_dyn_end[0] = U
-        if self.same_target:
-            U_test_end[0] = U
-        else:
-            self.test.potential(self.q_new, U_test_end)
-            self.n_density_evals += 1
         kinetic_end[0] = self.kinetic_and_velocity()
         return n_steps
+
+    cdef double test_potential_of_proposal(self, double U_dyn_new) except? -1 nogil:
+        cdef double U
+        if self.same_target:
+            return U_dyn_new
+        self.test.potential(self.q_new, &U)
+        self.n_density_evals += 1
+        return U
 
     cdef int transitions(self, bitgen_t* bitgen, Py_ssize_t n_iter, double step_size,
                          Py_ssize_t n_steps, bint jitter, double* samples, double* log_density,
                          unsigned char* accepted, double* accept_prob, unsigned char* diverging,
-                         double* energy, int64_t* steps_taken) except -1 nogil:
+                         double* energy, int64_t* steps_taken, double* gradients) except -1 nogil:
         cdef Py_ssize_t it, length
-        cdef double H0, H1, dH, U_dyn_new, U_test_new, kinetic_new, prob, u
+        cdef double kinetic0, H0, H1, dH, dH_dyn, U_dyn_new, U_test_new, kinetic_new, prob
+        cdef bint accept, diverged
         cdef double* tmp
         for it in range(n_iter):
             self.draw_momentum(bitgen)
             length = <Py_ssize_t> random_interval(bitgen, n_steps - 1) + 1 if jitter else n_steps
-            H0 = self.U_test + self.kinetic_and_velocity()
-            length = self.trajectory(step_size, length, &U_dyn_new, &U_test_new, &kinetic_new)
-            H1 = U_test_new + kinetic_new
-            dH = H1 - H0
-            u = random_standard_uniform(bitgen)
-            if not isfinite(H1) or dH > self.max_energy_error:
-                prob = 0.0
-                diverging[it] = 1
+            kinetic0 = self.kinetic_and_velocity()
+            H0 = self.U_test + kinetic0
+            length = self.trajectory(step_size, length, &U_dyn_new, &kinetic_new)
+            diverged = not isfinite(kinetic_new)
+            U_test_new = INFINITY
+            if self.delayed_acceptance and not diverged:
+                # stage 1 on the surrogate energy: a rejection here costs no exact evaluation
+                dH_dyn = (U_dyn_new + kinetic_new) - (self.U_dyn + kinetic0)
+                diverged = not isfinite(dH_dyn) or dH_dyn > self.max_energy_error
+                prob = 0.0 if diverged else (1.0 if dH_dyn <= 0.0 else exp(-dH_dyn))
+                accept = random_standard_uniform(bitgen) < prob
+                if accept:
+                    U_test_new = self.test_potential_of_proposal(U_dyn_new)
+                    dH = U_test_new + kinetic_new - H0
+                    if not isfinite(dH) or dH > self.max_energy_error:
+                        diverged = True
+                        prob = 0.0
+                        accept = False
+                    else:
+                        # stage 2 corrects for the surrogate's energy error
+                        prob *= 1.0 if dH - dH_dyn <= 0.0 else exp(-(dH - dH_dyn))
+                        accept = random_standard_uniform(bitgen) < exp(dH_dyn - dH)
             else:
-                prob = 1.0 if dH <= 0.0 else exp(-dH)
-                diverging[it] = 0
+                if not diverged:
+                    U_test_new = self.test_potential_of_proposal(U_dyn_new)
+                dH = U_test_new + kinetic_new - H0
+                diverged = not isfinite(dH) or dH > self.max_energy_error
+                prob = 0.0 if diverged else (1.0 if dH <= 0.0 else exp(-dH))
+                accept = random_standard_uniform(bitgen) < prob
+            diverging[it] = diverged
             accept_prob[it] = prob
-            if u < prob:
+            if accept:
                 tmp = self.q; self.q = self.q_new; self.q_new = tmp
                 tmp = self.grad; self.grad = self.grad_new; self.grad_new = tmp
                 self.U_dyn = U_dyn_new
                 self.U_test = U_test_new
                 accepted[it] = 1
-                energy[it] = H1
+                energy[it] = U_test_new + kinetic_new
             else:
                 accepted[it] = 0
                 energy[it] = H0
             memcpy(&samples[it * self.dim], self.q, self.dim * sizeof(double))
+            if gradients != NULL:
+                memcpy(&gradients[it * self.dim], self.grad, self.dim * sizeof(double))
             log_density[it] = -self.U_test
             steps_taken[it] = length
         return 0
@@ -274,11 +324,13 @@ cdef class HMCKernel:
     def run(self, generator, Py_ssize_t n_iter, double step_size, Py_ssize_t n_steps, bint jitter,
             double[:, ::1] samples, double[::1] log_density, unsigned char[::1] accepted,
             double[::1] accept_prob, unsigned char[::1] diverging, double[::1] energy,
-            int64_t[::1] steps_taken):
+            int64_t[::1] steps_taken, double[:, ::1] gradients=None):
         """Run ``n_iter`` transitions, writing row ``i`` of each output for transition ``i``.
 
         Outputs are preallocated by the caller (no allocation here); ``generator`` is a
         ``numpy.random.Generator`` whose bit generator is locked for the whole call.
+        ``gradients``, if given, receives the dynamics gradient at each kept state (the exact
+        gradient for plain HMC: training data for a surrogate).
         """
         if not self.has_state:
             raise RuntimeError("set_position must be called before run")
@@ -287,17 +339,20 @@ cdef class HMCKernel:
         if (samples.shape[0] < n_iter or samples.shape[1] != self.dim or log_density.shape[0] < n_iter
                 or accepted.shape[0] < n_iter or accept_prob.shape[0] < n_iter
                 or diverging.shape[0] < n_iter or energy.shape[0] < n_iter
-                or steps_taken.shape[0] < n_iter):
+                or steps_taken.shape[0] < n_iter
+                or (gradients is not None and (gradients.shape[0] < n_iter
+                                               or gradients.shape[1] != self.dim))):
             raise ValueError("output buffers are too small")
         if n_iter == 0:
             return
         bit_generator = generator.bit_generator
         cdef bitgen_t* bitgen = get_bitgen(bit_generator)
+        cdef double* gradient_rows = NULL if gradients is None else &gradients[0, 0]
         with bit_generator.lock:
             with nogil:
                 self.transitions(bitgen, n_iter, step_size, n_steps, jitter, &samples[0, 0],
                                  &log_density[0], &accepted[0], &accept_prob[0], &diverging[0],
-                                 &energy[0], &steps_taken[0])
+                                 &energy[0], &steps_taken[0], gradient_rows)
 
     def energy_error_of_one_step(self, generator, double step_size):
         """Energy error H(end) - H(start) of a single leapfrog step with a fresh momentum.
@@ -309,12 +364,15 @@ cdef class HMCKernel:
             raise RuntimeError("set_position must be called before energy_error_of_one_step")
         bit_generator = generator.bit_generator
         cdef bitgen_t* bitgen = get_bitgen(bit_generator)
-        cdef double H0, U_dyn_new, U_test_new, kinetic_new
+        cdef double H0, U_dyn_new, kinetic_new
+        cdef double U_test_new = INFINITY
         with bit_generator.lock:
             with nogil:
                 self.draw_momentum(bitgen)
                 H0 = self.U_test + self.kinetic_and_velocity()
-                self.trajectory(step_size, 1, &U_dyn_new, &U_test_new, &kinetic_new)
+                self.trajectory(step_size, 1, &U_dyn_new, &kinetic_new)
+                if isfinite(kinetic_new):
+                    U_test_new = self.test_potential_of_proposal(U_dyn_new)
         dH = U_test_new + kinetic_new - H0
         return dH if np.isfinite(dH) else np.inf
 
@@ -330,7 +388,8 @@ cdef class HMCKernel:
             raise ValueError(f"p must have shape ({self.dim},)")
         memcpy(self.p, &pv[0], self.dim * sizeof(double))
         cdef double U_dyn_new, U_test_new, kinetic_new
-        self.trajectory(step_size, n_steps, &U_dyn_new, &U_test_new, &kinetic_new)
+        self.trajectory(step_size, n_steps, &U_dyn_new, &kinetic_new)
+        U_test_new = self.test_potential_of_proposal(U_dyn_new) if isfinite(kinetic_new) else INFINITY
         result = (np.array(<double[:self.dim]> self.q_new), np.array(<double[:self.dim]> self.p),
                   U_dyn_new, U_test_new)
         cdef double[::1] q0, g0

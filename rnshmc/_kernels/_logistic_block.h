@@ -8,8 +8,7 @@
  *
  * A libm exp/log1p per row cost more than reading the row and cannot be vectorised without
  * -ffast-math, so:
- *   - exp(-|eta|) is computed branch-free (range reduction by ln 2, degree-13 Taylor polynomial,
- *     scaling by 2^k built in the exponent bits); relative error < 3e-16;
+ *   - exp(-|eta|) is the branch-free exp of _vecmath.h;
  *   - log(1 + t) is summed as the log of a product over 64 rows (each factor is in (1, 2], so
  *     the product cannot overflow): one log per 64 rows;
  *   - reductions use OpenMP `simd` pragmas (honoured with -fopenmp, ignored otherwise);
@@ -19,73 +18,10 @@
 #ifndef RNSHMC_LOGISTIC_BLOCK_H
 #define RNSHMC_LOGISTIC_BLOCK_H
 
-#include <math.h>
-#include <stdint.h>
-#include <string.h>
-
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && __GNUC__ >= 11
-#define RNSHMC_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define RNSHMC_CLONES
-#endif
-
-#if defined(_OPENMP) && !defined(_MSC_VER)
-#define RNSHMC_PRAGMA(x) _Pragma(#x)
-#else
-#define RNSHMC_PRAGMA(x)
-#endif
-
-/* Helpers are forced inline so that each clone of an entry point compiles them for its ISA. */
-#if defined(__GNUC__)
-#define RNSHMC_INLINE static inline __attribute__((always_inline))
-#elif defined(_MSC_VER)
-#define RNSHMC_INLINE static __forceinline
-#else
-#define RNSHMC_INLINE static inline
-#endif
-
-#if defined(__GNUC__)
-#define RNSHMC_PREFETCH(address) __builtin_prefetch((address), 0, 3)
-#else
-#define RNSHMC_PREFETCH(address) ((void)0)
-#endif
+#include "_vecmath.h"
 
 #define RNSHMC_GROUP 16        /* rows per group of the fused pass */
 #define RNSHMC_LOG_GROUPS 4    /* groups per log of the product of (1 + t) */
-
-/* exp(x) for x <= 0 (x = -|eta|), branch-free; x below -708 is clamped (exp ~ 3e-308). */
-RNSHMC_INLINE double rnshmc_exp_nonpositive(double x)
-{
-    const double log2e = 1.4426950408889634;
-    const double ln2_hi = 6.93147180369123816490e-01;
-    const double ln2_lo = 1.90821492927058770002e-10;
-    const double shift = 6755399441055744.0; /* 0x1.8p52: adding it rounds to an integer */
-    x = x < -708.0 ? -708.0 : x;
-    double kd = x * log2e + shift;
-    uint64_t ki;
-    memcpy(&ki, &kd, sizeof ki);
-    kd -= shift;
-    double r = (x - kd * ln2_hi) - kd * ln2_lo; /* |r| <= ln2 / 2 */
-    double p = 1.0 / 6227020800.0;
-    p = p * r + 1.0 / 479001600.0;
-    p = p * r + 1.0 / 39916800.0;
-    p = p * r + 1.0 / 3628800.0;
-    p = p * r + 1.0 / 362880.0;
-    p = p * r + 1.0 / 40320.0;
-    p = p * r + 1.0 / 5040.0;
-    p = p * r + 1.0 / 720.0;
-    p = p * r + 1.0 / 120.0;
-    p = p * r + 1.0 / 24.0;
-    p = p * r + 1.0 / 6.0;
-    p = p * r + 0.5;
-    p = p * r + 1.0;
-    p = p * r + 1.0;
-    /* 2^k from the low bits of ki (= k + 1.5 * 2^52): (k + 1023) << 52 */
-    uint64_t bits = (ki + 1023u) << 52;
-    double scale;
-    memcpy(&scale, &bits, sizeof scale);
-    return p * scale;
-}
 
 /* eta[i] = X[i, :] . beta for n rows of width d; eight rows per sweep of beta, whose eight
  * independent sums hide the latency of the reductions. */

@@ -8,6 +8,8 @@ cdef class CTarget:
     cdef readonly Py_ssize_t dim
     cdef int potential(self, const double* q, double* U) except -1 nogil
     cdef int potential_and_gradient(self, const double* q, double* U, double* grad) except -1 nogil
+    # gradient alone: inside a trajectory only the last step needs the potential
+    cdef int gradient(self, const double* q, double* grad) except -1 nogil
 
 
 cdef class PyCallableTarget(CTarget):

@@ -32,6 +32,11 @@ cdef class CTarget:
         with gil:
             raise NotImplementedError(f"{type(self).__name__} does not implement a gradient")
 
+    cdef int gradient(self, const double* q, double* grad) except -1 nogil:
+        # Fallback for targets whose gradient costs as much as potential and gradient together.
+        cdef double U
+        return self.potential_and_gradient(q, &U, grad)
+
     def spawn(self):
         """A copy safe to use from another thread at the same time (shares read-only data).
 
@@ -39,9 +44,10 @@ cdef class CTarget:
         """
         return self
 
-    def time_gradient(self, q, Py_ssize_t repeats):
-        """Seconds per potential-and-gradient evaluation at ``q``, timed over ``repeats``
-        calls from C (for overhead benchmarks)."""
+    def time_gradient(self, q, Py_ssize_t repeats, bint with_potential=True):
+        """Seconds per potential-and-gradient evaluation at ``q`` (or per gradient-only
+        evaluation if not ``with_potential``), timed over ``repeats`` calls from C (for
+        overhead benchmarks)."""
         from time import perf_counter
         cdef double[::1] qv = self._checked_point(q)
         cdef double[::1] g = np.empty(self.dim)
@@ -50,7 +56,10 @@ cdef class CTarget:
         start = perf_counter()
         with nogil:
             for i in range(repeats):
-                self.potential_and_gradient(&qv[0], &U, &g[0])
+                if with_potential:
+                    self.potential_and_gradient(&qv[0], &U, &g[0])
+                else:
+                    self.gradient(&qv[0], &g[0])
         return (perf_counter() - start) / max(repeats, 1)
 
     def _checked_point(self, q):
@@ -65,6 +74,14 @@ cdef class CTarget:
         cdef double U = 0.0
         self.potential(&qv[0], &U)
         return U
+
+    def eval_gradient(self, q):
+        """grad U(q) at ``q`` (ndarray of shape (dim,)), through the gradient-only path."""
+        cdef double[::1] qv = self._checked_point(q)
+        grad = np.empty(self.dim)
+        cdef double[::1] g = grad
+        self.gradient(&qv[0], &g[0])
+        return grad
 
     def eval_potential_and_gradient(self, q):
         """(U(q), grad U(q)) at ``q`` (ndarray of shape (dim,))."""

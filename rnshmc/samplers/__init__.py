@@ -1,4 +1,5 @@
 """Sampler front ends."""
 from .hmc import HMC
+from .rns import RNSHMC
 
-__all__ = ["HMC"]
+__all__ = ["HMC", "RNSHMC"]

@@ -61,9 +61,11 @@ class _Progress:
 
 
 class _Buffers:
-    """Per-transition outputs of the C loop, preallocated for a whole phase."""
+    """Per-transition outputs of the C loop, preallocated for a whole phase (with the
+    gradients at the kept states if asked)."""
 
-    def __init__(self, n, dim):
+    def __init__(self, n, dim, gradients=False):
+        self.gradients = np.empty((n, dim)) if gradients else None
         self.samples = np.empty((n, dim))
         self.log_density = np.empty(n)
         self.accepted = np.empty(n, dtype=np.uint8)
@@ -73,9 +75,11 @@ class _Buffers:
         self.n_steps = np.empty(n, dtype=np.int64)
 
     def rows(self, start, stop):
+        """The arguments of HMCKernel.run for rows start..stop."""
         return (self.samples[start:stop], self.log_density[start:stop],
                 self.accepted[start:stop], self.accept_prob[start:stop],
-                self.diverging[start:stop], self.energy[start:stop], self.n_steps[start:stop])
+                self.diverging[start:stop], self.energy[start:stop], self.n_steps[start:stop],
+                None if self.gradients is None else self.gradients[start:stop])
 
 
 class HMC:
@@ -228,7 +232,7 @@ class HMC:
                     n_density_evals=kernel.n_density_evals,
                     n_gradient_evals=kernel.n_gradient_evals)
 
-    def _run_in_chunks(self, kernel, generator, n_iter, step_size, bar, out=None):
+    def _run_in_chunks(self, kernel, generator, n_iter, step_size, bar, out=None, n_steps=None):
         """``n_iter`` transitions in about 100 C calls (so the progress bar moves), written to
         ``out`` (a _Buffers of n_iter rows), or to one reused chunk of scratch if None."""
         chunk = max(1, n_iter // 100)
@@ -236,14 +240,15 @@ class HMC:
         for first in range(0, n_iter, chunk):
             n = min(chunk, n_iter - first)
             rows = scratch.rows(0, n) if out is None else out.rows(first, first + n)
-            kernel.run(generator, n, step_size, self.n_steps, self.jitter, *rows)
+            kernel.run(generator, n, step_size, n_steps or self.n_steps, self.jitter, *rows)
             bar.update(n)
 
-    def _tune(self, kernel, generator, tune, inverse_mass, bar):
+    def _tune(self, kernel, generator, tune, inverse_mass, bar, record=None):
         """Warm-up: burn-in with the given step size, or Stan's adaptation. Returns the final
-        (step size, inverse mass matrix)."""
+        (step size, inverse mass matrix). ``record``: a _Buffers of ``tune`` rows that keeps
+        every warm-up transition (a surrogate's training data), or None."""
         if self.step_size is not None and not self.adapt_mass_matrix:
-            self._run_in_chunks(kernel, generator, tune, self.step_size, bar)
+            self._run_in_chunks(kernel, generator, tune, self.step_size, bar, out=record)
             return self.step_size, inverse_mass
         adapt_step = self.step_size is None
         step_size = self.step_size if not adapt_step else initial_step_size(
@@ -254,14 +259,14 @@ class HMC:
         # left the acceptance at 0.90-0.94 for a target of 0.8 on Gaussians (min ESS -35%).
         schedule = WarmupSchedule(tune, term_buffer=max(50, tune // 5))
         variance = RunningVariance(kernel.dim)
-        one = _Buffers(1, kernel.dim)
-        rows = one.rows(0, 1)
+        out = _Buffers(1, kernel.dim) if record is None else record
         for i in range(tune):
-            kernel.run(generator, 1, step_size, self.n_steps, self.jitter, *rows)
+            row = 0 if record is None else i
+            kernel.run(generator, 1, step_size, self.n_steps, self.jitter, *out.rows(row, row + 1))
             if adapt_step:
-                step_size = averaging.update(one.accept_prob[0])
+                step_size = averaging.update(out.accept_prob[row])
             if self.adapt_mass_matrix and schedule.in_slow_window(i):
-                variance.add(one.samples[0])
+                variance.add(out.samples[row])
                 if schedule.window_end(i):
                     inverse_mass = variance.regularized_variance()
                     kernel.set_inverse_mass(inverse_mass)

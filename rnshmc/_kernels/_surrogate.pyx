@@ -1,0 +1,284 @@
+"""The random-network surrogate as a C-level target, and the hidden layer used by its fit.
+
+z(q) = sum_i v_i a(pre_i(x)) + offset, x = q (or A (q - mean) for whitened RBF networks), with
+  additive nodes:  pre = W x + bias,                     grad_x pre_i = W_i
+  RBF nodes:       pre_i = -gamma_i |x - c_i|^2 / 2
+                         = (W x)_i + bias_i - gamma_i |x|^2 / 2,  W_i = gamma_i c_i,
+                                                                  bias_i = -gamma_i |c_i|^2 / 2,
+                   grad_x pre_i = W_i - gamma_i x,  and a = exp.
+So grad_x z = W^T coef - (gamma . coef) x with coef = v * a'(pre): two matrix-vector products
+and one pass over the hidden units, into scratch allocated once. Additive networks fold any input
+whitening into W and bias (the Python front end does this), so they never transform inputs.
+"""
+import numpy as np
+
+from ._blas cimport RowMajor, Lower, NoTrans, Trans, _gemv, _gemm, _trmv, _dot, _axpy
+from ._targets cimport CTarget
+
+cdef extern from "_activations.h":
+    enum:
+        RNSHMC_SOFTPLUS
+        RNSHMC_SIGMOID
+        RNSHMC_TANH
+        RNSHMC_EXP
+    void weighted_slopes "rnshmc_weighted_slopes" (
+        int kind, const double* pre, const double* v, Py_ssize_t n, double* coef) noexcept nogil
+    double weighted_values "rnshmc_weighted_values" (
+        int kind, const double* pre, const double* v, Py_ssize_t n) noexcept nogil
+    void activation_table "rnshmc_activation_table" (
+        int kind, const double* pre, Py_ssize_t n, double* values, double* slopes,
+        double* curvatures) noexcept nogil
+
+ACTIVATIONS = {"softplus": RNSHMC_SOFTPLUS, "sigmoid": RNSHMC_SIGMOID, "tanh": RNSHMC_TANH,
+               "exp": RNSHMC_EXP}
+
+
+def hidden_layer(str activation, const double[:, ::1] X, const double[:, ::1] W,
+                 const double[::1] bias, gamma=None, bint slopes=False, bint curvatures=False):
+    """Pre-activations of N inputs and their activation values (and first/second derivatives).
+
+    Parameters
+    ----------
+    activation : {"softplus", "sigmoid", "tanh", "exp"}
+    X : ndarray of shape (N, d)
+    W, bias : the layer, shapes (s, d) and (s,)
+    gamma : None or ndarray of shape (s,)
+        RBF precisions: subtract gamma_i |x_j|^2 / 2 from pre-activation (j, i).
+    slopes, curvatures : bool
+        Also return a'(pre) and a''(pre).
+
+    Returns
+    -------
+    tuple of ndarrays of shape (N, s): values, then slopes and curvatures if asked.
+    """
+    cdef int kind = ACTIVATIONS[activation]
+    cdef Py_ssize_t n = X.shape[0], s = W.shape[0], d = X.shape[1], j, i
+    if W.shape[1] != d or bias.shape[0] != s:
+        raise ValueError("inconsistent layer shapes")
+    pre = np.empty((n, s))
+    cdef double[:, ::1] P = pre
+    cdef const double[::1] g
+    cdef double half_sq
+    for j in range(n):
+        P[j, :] = bias
+    if n > 0:
+        _gemm(RowMajor, NoTrans, Trans, <int> n, <int> s, <int> d, 1.0, &X[0, 0], <int> d,
+              &W[0, 0], <int> d, 1.0, &P[0, 0], <int> s)
+    if gamma is not None:
+        g = gamma
+        for j in range(n):
+            half_sq = 0.5 * _dot(<int> d, &X[j, 0], 1, &X[j, 0], 1)
+            for i in range(s):
+                P[j, i] -= g[i] * half_sq
+    return activations(activation, pre, slopes, curvatures)
+
+
+def activations(str activation, pre, bint slopes=False, bint curvatures=False):
+    """a(pre), and a'(pre) and a''(pre) if asked, elementwise: a tuple of arrays shaped as pre."""
+    cdef int kind = ACTIVATIONS[activation]
+    pre = np.ascontiguousarray(pre, dtype=np.float64)
+    cdef const double[::1] p = pre.reshape(-1)
+    cdef Py_ssize_t n = p.shape[0]
+    out = [np.empty(pre.shape) for _ in range(1 + slopes + curvatures)]
+    cdef double[::1] values = out[0].reshape(-1)
+    cdef double[::1] view
+    cdef double* first = NULL
+    cdef double* second = NULL
+    if n == 0:
+        return tuple(out)
+    if slopes:
+        view = out[1].reshape(-1)
+        first = &view[0]
+    if curvatures:
+        view = out[len(out) - 1].reshape(-1)
+        second = &view[0]
+    with nogil:
+        activation_table(kind, &p[0], n, &values[0], first, second)
+    return tuple(out)
+
+
+cdef class NetworkTarget(CTarget):
+    """A fitted random network as a C-level target (internal; see RandomNetworkSurrogate).
+
+    Parameters
+    ----------
+    activation : {"softplus", "sigmoid", "tanh", "exp"}
+    weights : ndarray of shape (n_hidden, dim_x)
+        Input weights W (additive) or gamma_i c_i (RBF), acting on x.
+    bias : ndarray of shape (n_hidden,)
+    output_weights : ndarray of shape (n_hidden,)
+    offset : float
+        Constant added to the network output (the training targets' minimum).
+    gamma : None or ndarray of shape (n_hidden,)
+        RBF precisions 1 / width^2; None for additive nodes.
+    input_transform, input_mean : None or ndarrays of shapes (dim, dim) lower-triangular and
+        (dim,): x = input_transform @ (q - input_mean) (whitened RBF networks only).
+    """
+    cdef readonly str activation
+    cdef int kind
+    cdef readonly Py_ssize_t n_hidden
+    cdef const double[:, ::1] W
+    cdef const double[::1] bias
+    cdef const double[::1] v
+    cdef readonly double offset
+    cdef bint rbf
+    cdef const double[::1] gamma
+    cdef bint transformed
+    cdef const double[:, ::1] A
+    cdef const double[::1] mean
+    cdef object _arrays
+    # scratch
+    cdef double[::1] pre
+    cdef double[::1] coef
+    cdef double[::1] x
+    cdef double[::1] grad_x
+
+    def __init__(self, str activation, weights, bias, output_weights, double offset,
+                 gamma=None, input_transform=None, input_mean=None):
+        arrays = [np.ascontiguousarray(a, dtype=np.float64) if a is not None else None
+                  for a in (weights, bias, output_weights, gamma, input_transform, input_mean)]
+        weights, bias, output_weights, gamma, input_transform, input_mean = arrays
+        super().__init__(weights.shape[1])
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"unknown activation {activation!r}")
+        self.activation = activation
+        self.kind = ACTIVATIONS[activation]
+        self.n_hidden = weights.shape[0]
+        if bias.shape != (self.n_hidden,) or output_weights.shape != (self.n_hidden,):
+            raise ValueError("inconsistent network shapes")
+        self._arrays = arrays  # keeps the read-only views' owners alive; pickling
+        self.W, self.bias, self.v, self.offset = weights, bias, output_weights, offset
+        self.rbf = gamma is not None
+        if self.rbf:
+            self.gamma = gamma
+        self.transformed = input_transform is not None
+        if self.transformed:
+            if input_transform.shape != (self.dim, self.dim) or input_mean.shape != (self.dim,):
+                raise ValueError("inconsistent input transform shapes")
+            self.A, self.mean = input_transform, input_mean
+        self.pre = np.empty(self.n_hidden)
+        self.coef = np.empty(self.n_hidden)
+        self.x = np.empty(self.dim)
+        self.grad_x = np.empty(self.dim)
+
+    def spawn(self):
+        weights, bias, output_weights, gamma, input_transform, input_mean = self._arrays
+        return NetworkTarget(self.activation, weights, bias, output_weights, self.offset, gamma,
+                             input_transform, input_mean)
+
+    def __reduce__(self):
+        weights, bias, output_weights, gamma, input_transform, input_mean = self._arrays
+        return (NetworkTarget, (self.activation, weights, bias, output_weights, self.offset,
+                                gamma, input_transform, input_mean))
+
+    # ------------------------------------------------------------------------------------------
+
+    cdef const double* inputs(self, const double* q) noexcept nogil:
+        """x for q: q itself, or A (q - mean) in scratch."""
+        cdef Py_ssize_t k
+        if not self.transformed:
+            return q
+        for k in range(self.dim):
+            self.x[k] = q[k] - self.mean[k]
+        _trmv(RowMajor, Lower, NoTrans, <int> self.dim, &self.A[0, 0], <int> self.dim,
+              &self.x[0], 1)
+        return &self.x[0]
+
+    cdef void pre_activations(self, const double* x) noexcept nogil:
+        cdef Py_ssize_t i
+        cdef int s = <int> self.n_hidden, d = <int> self.dim
+        cdef double half_sq
+        _gemv(RowMajor, NoTrans, s, d, 1.0, &self.W[0, 0], d, x, 1, 0.0, &self.pre[0], 1)
+        if self.rbf:
+            half_sq = 0.5 * _dot(d, x, 1, x, 1)
+            for i in range(self.n_hidden):
+                self.pre[i] += self.bias[i] - self.gamma[i] * half_sq
+        else:
+            for i in range(self.n_hidden):
+                self.pre[i] += self.bias[i]
+
+    cdef void gradient_from_coef(self, const double* x, double* grad) noexcept nogil:
+        """grad = dz/dq from coef = v * a'(pre)."""
+        cdef int s = <int> self.n_hidden, d = <int> self.dim
+        cdef Py_ssize_t k
+        cdef double* out = &self.grad_x[0] if self.transformed else grad
+        _gemv(RowMajor, Trans, s, d, 1.0, &self.W[0, 0], d, &self.coef[0], 1, 0.0, out, 1)
+        if self.rbf:
+            _axpy(d, -_dot(s, &self.gamma[0], 1, &self.coef[0], 1), x, 1, out, 1)
+        if self.transformed:  # dz/dq = A^T dz/dx
+            _trmv(RowMajor, Lower, Trans, d, &self.A[0, 0], d, out, 1)
+            for k in range(self.dim):
+                grad[k] = out[k]
+
+    cdef int potential(self, const double* q, double* U) except -1 nogil:
+        self.pre_activations(self.inputs(q))
+        U[0] = weighted_values(self.kind, &self.pre[0], &self.v[0], self.n_hidden) + self.offset
+        return 0
+
+    cdef int gradient(self, const double* q, double* grad) except -1 nogil:
+        cdef const double* x = self.inputs(q)
+        self.pre_activations(x)
+        weighted_slopes(self.kind, &self.pre[0], &self.v[0], self.n_hidden, &self.coef[0])
+        self.gradient_from_coef(x, grad)
+        return 0
+
+    cdef int potential_and_gradient(self, const double* q, double* U, double* grad) except -1 nogil:
+        cdef const double* x = self.inputs(q)
+        self.pre_activations(x)
+        U[0] = weighted_values(self.kind, &self.pre[0], &self.v[0], self.n_hidden) + self.offset
+        weighted_slopes(self.kind, &self.pre[0], &self.v[0], self.n_hidden, &self.coef[0])
+        self.gradient_from_coef(x, grad)
+        return 0
+
+    # ------------------------------------------------------------------------------------------
+    # Python entry points (batch prediction and the Hessian; validation is the front end's)
+
+    def predict(self, const double[:, ::1] Q):
+        """z at each row of Q (ndarray of shape (N, dim)) -> ndarray of shape (N,)."""
+        out = np.empty(Q.shape[0])
+        cdef double[::1] o = out
+        cdef Py_ssize_t j
+        with nogil:
+            for j in range(Q.shape[0]):
+                self.potential(&Q[j, 0], &o[j])
+        return out
+
+    def time_matvecs(self, Py_ssize_t repeats):
+        """Seconds per pair of the gradient's two BLAS matrix-vector products (W x and W^T c),
+        timed from C over ``repeats`` calls: the floor a gradient evaluation is compared with."""
+        from time import perf_counter
+        cdef int s = <int> self.n_hidden, d = <int> self.dim
+        cdef Py_ssize_t i
+        x = np.ones(self.dim)
+        cdef double[::1] xv = x
+        start = perf_counter()
+        with nogil:
+            for i in range(repeats):
+                _gemv(RowMajor, NoTrans, s, d, 1.0, &self.W[0, 0], d, &xv[0], 1, 0.0,
+                      &self.pre[0], 1)
+                _gemv(RowMajor, Trans, s, d, 1.0, &self.W[0, 0], d, &self.pre[0], 1, 0.0,
+                      &xv[0], 1)
+                xv[0] = 1.0
+        return (perf_counter() - start) / max(repeats, 1)
+
+    def hessian(self, q):
+        """The Hessian of z at q: ndarray of shape (dim, dim)."""
+        cdef double[::1] qv = self._checked_point(q)
+        cdef const double* x = self.inputs(&qv[0])
+        self.pre_activations(x)
+        pre = np.asarray(self.pre).copy()
+        xa = np.array(<const double[:self.dim]> x)
+        _, slopes, curvatures = activations(self.activation, pre, slopes=True, curvatures=True)
+        W = np.asarray(self._arrays[0])
+        v = np.asarray(self._arrays[2])
+        if self.rbf:
+            gamma = np.asarray(self._arrays[3])
+            rows = W - np.outer(gamma, xa)            # grad_x pre_i
+            H = (rows.T * (v * curvatures)) @ rows
+            H -= np.eye(self.dim) * np.dot(v * slopes, gamma)
+        else:
+            H = (W.T * (v * curvatures)) @ W
+        if self.transformed:
+            A = np.asarray(self._arrays[4])
+            H = A.T @ H @ A
+        return 0.5 * (H + H.T)

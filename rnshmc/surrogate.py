@@ -1,0 +1,351 @@
+"""Random-network (extreme learning machine) surrogate of a potential energy."""
+import time
+import warnings
+
+import numpy as np
+import scipy.linalg
+from scipy.linalg.blas import dsyrk
+
+from ._kernels._surrogate import ACTIVATIONS, NetworkTarget, hidden_layer
+
+__all__ = ["RandomNetworkSurrogate"]
+
+# the explicitly stacked least-squares system of the rank-revealing fallback is used while it
+# stays below this many entries; beyond, the fallback works on the normal equations
+_STACKED_LIMIT = 2 ** 25
+
+
+def _rng(rng):
+    return rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
+
+
+class RandomNetworkSurrogate:
+    """A one-hidden-layer network with random hidden units and fitted output weights.
+
+    z(q) = sum_i v_i a(q; gamma_i) + c: the hidden units gamma_i are drawn at random once and
+    only the output weights v are fitted, by ridge least squares (Huang et al. 2006; Zhang,
+    Shahbaba and Zhao 2017). The constant c is the minimum of the training targets, which are
+    shifted by it before the fit (as in the authors' code).
+
+    Parameters
+    ----------
+    dim : int
+        Input dimension.
+    n_hidden : int
+        Number of hidden units s.
+    nodes : {"additive", "rbf"}
+        Additive units a(w_i^T x + d_i) with w_i ~ N(0, weight_scale^2 I), d_i ~ N(0, 1) (the
+        authors' draws, weight_scale = 1/sqrt(dim)); or Gaussian radial units
+        exp(-|x - c_i|^2 / (2 l_i^2)) whose centres c_i are training inputs picked at random at
+        the fit and whose widths are l_i = u_i / weight_scale times the inputs' mean standard
+        deviation, u_i ~ Uniform(0.5, 1.5), drawn here.
+    activation : {"softplus", "sigmoid", "tanh"}
+        Activation of additive units (RBF units are Gaussian).
+    ridge : float
+        Ridge penalty lambda >= 0 on the output weights.
+    weight_scale : float or None
+        See ``nodes``; None means 1/sqrt(dim).
+    whiten : bool
+        Let the random units act on inputs standardised with the training inputs' mean and
+        covariance (x = L^{-1}(q - mean), L the Cholesky factor), which matches their scale to
+        the posterior's. The papers' networks act on q directly (False).
+    rng : None, int, SeedSequence or Generator
+        Source of the random hidden units.
+
+    Attributes
+    ----------
+    output_weights : ndarray of shape (n_hidden,)
+        The fitted v.
+    offset_ : float
+        The constant c (minimum of the training targets).
+    input_mean_, input_factor_ : ndarrays of shapes (dim,) and (dim, dim), or None
+        The whitening x = input_factor_^{-1} (q - input_mean_) (None without ``whiten``).
+    centres_, widths_ : ndarrays of shapes (n_hidden, dim) and (n_hidden,)
+        RBF centres (in x coordinates) and widths, chosen at the fit.
+    n_train_ : int
+        Number of training points of the last fit.
+    fit_residual_ : float
+        Root-mean-square misfit of the values on the training set.
+    gradient_residual_ : float or None
+        Root-mean-square misfit of the gradients (per component) when they were fitted.
+    fit_time_ : float
+        Seconds taken by the last fit.
+
+    Notes
+    -----
+    The surrogate is a C-level target once fitted: samplers evaluate its gradient without the
+    GIL (two matrix-vector products and one pass over the hidden units, into preallocated
+    scratch).
+    """
+
+    def __init__(self, dim, n_hidden=1000, nodes="additive", activation="softplus", ridge=1e-6,
+                 weight_scale=None, whiten=False, rng=None):
+        if isinstance(dim, bool) or not isinstance(dim, (int, np.integer)) or dim < 1:
+            raise ValueError(f"dim must be a positive integer, got {dim!r}")
+        if isinstance(n_hidden, bool) or not isinstance(n_hidden, (int, np.integer)) or n_hidden < 1:
+            raise ValueError(f"n_hidden must be a positive integer, got {n_hidden!r}")
+        if nodes not in ("additive", "rbf"):
+            raise ValueError(f"nodes must be 'additive' or 'rbf', got {nodes!r}")
+        if activation not in ("softplus", "sigmoid", "tanh"):
+            raise ValueError(f"activation must be 'softplus', 'sigmoid' or 'tanh', got {activation!r}")
+        if not (np.isfinite(ridge) and ridge >= 0):
+            raise ValueError(f"ridge must be finite and >= 0, got {ridge!r}")
+        if weight_scale is None:
+            weight_scale = 1.0 / np.sqrt(dim)
+        if not (np.isfinite(weight_scale) and weight_scale > 0):
+            raise ValueError(f"weight_scale must be positive and finite, got {weight_scale!r}")
+        self.dim = int(dim)
+        self.n_hidden = int(n_hidden)
+        self.nodes = nodes
+        self.activation = activation if nodes == "additive" else "exp"
+        self.ridge = float(ridge)
+        self.weight_scale = float(weight_scale)
+        self.whiten = bool(whiten)
+        self._rng = _rng(rng)
+        if nodes == "additive":
+            self.input_weights = self._rng.standard_normal((self.n_hidden, self.dim)) * weight_scale
+            self.biases = self._rng.standard_normal(self.n_hidden)
+        else:
+            self.width_factors = self._rng.uniform(0.5, 1.5, size=self.n_hidden) / weight_scale
+        self._ctarget = None
+
+    # ------------------------------------------------------------------------------------------
+    # fitting
+
+    def fit(self, Q, t, gradients=None, gradient_weight=1.0):
+        """Fit the output weights to values (and optionally gradients) of the potential.
+
+        Minimises sum_j (z(q_j) - t_j)^2 + gradient_weight * sum_j |grad z(q_j) - g_j|^2
+        + ridge |v|^2 over the output weights v, through the normal equations (BLAS dsyrk,
+        LAPACK Cholesky). With ``whiten`` the gradient misfit is measured in the whitened
+        coordinates (|L^T (grad z - g)|^2), which makes ``gradient_weight`` scale-free.
+        When the normal matrix is numerically singular (ridge 0 with repeated points, say),
+        a rank-revealing least-squares solve is used instead, with a warning.
+
+        Parameters
+        ----------
+        Q : ndarray of shape (N, dim)
+            Training inputs (repeated rows are allowed: a chain's history repeats rejected
+            states).
+        t : ndarray of shape (N,)
+            Potential values U(q_j).
+        gradients : None or ndarray of shape (N, dim)
+            Gradients of U at the training inputs.
+        gradient_weight : float
+            Weight gamma >= 0 of the gradient misfit.
+
+        Returns
+        -------
+        self
+        """
+        start = time.perf_counter()
+        Q, t, G = self._check_training_data(Q, t, gradients)
+        if not (np.isfinite(gradient_weight) and gradient_weight >= 0):
+            raise ValueError(f"gradient_weight must be finite and >= 0, got {gradient_weight!r}")
+        if G is None or gradient_weight == 0:
+            G, gradient_weight = None, 0.0
+        offset = float(t.min())
+        t = t - offset
+        mean, L = self._input_transform(Q)
+        X = Q if L is None else scipy.linalg.solve_triangular(L, (Q - mean).T, lower=True).T
+        X = np.ascontiguousarray(X)
+        if G is not None and L is not None:
+            G = np.ascontiguousarray(G @ L)  # rows L^T g: the gradients with respect to x
+        W, bias, gamma = self._layer(X)
+        H, S = hidden_layer(self.activation, X, W, bias, gamma, slopes=True)
+        normal, rhs = self._normal_equations(X, t, G, gradient_weight, W, gamma, H, S)
+        v = self._solve(normal, rhs, X, t, G, gradient_weight, W, gamma, H, S)
+
+        self.output_weights = v
+        self.input_mean_, self.input_factor_ = mean, L
+        self.offset_ = offset
+        self.n_train_ = Q.shape[0]
+        self.fit_residual_ = float(np.sqrt(np.mean((H @ v - t) ** 2)))
+        self.gradient_residual_ = None
+        if G is not None:
+            self.gradient_residual_ = float(np.sqrt(np.mean(
+                (self._gradients_x(X, W, gamma, S, v) - G) ** 2)))
+        self._ctarget = self._make_ctarget(W, bias, gamma, v, offset, mean, L)
+        self.fit_time_ = time.perf_counter() - start
+        return self
+
+    def _check_training_data(self, Q, t, gradients):
+        Q = np.ascontiguousarray(Q, dtype=np.float64)
+        t = np.asarray(t, dtype=np.float64)
+        if Q.ndim != 2 or Q.shape[1] != self.dim or Q.shape[0] < 1:
+            raise ValueError(f"Q must have shape (N, {self.dim}) with N >= 1, got {Q.shape}")
+        if t.shape != (Q.shape[0],):
+            raise ValueError(f"t must have shape ({Q.shape[0]},), got {t.shape}")
+        if not (np.all(np.isfinite(Q)) and np.all(np.isfinite(t))):
+            raise ValueError("training inputs and targets must be finite")
+        G = None
+        if gradients is not None:
+            G = np.ascontiguousarray(gradients, dtype=np.float64)
+            if G.shape != Q.shape:
+                raise ValueError(f"gradients must have shape {Q.shape}, got {G.shape}")
+            if not np.all(np.isfinite(G)):
+                raise ValueError("gradients must be finite")
+        return Q, t, G
+
+    def _input_transform(self, Q):
+        """(mean, lower Cholesky factor of the covariance) of the inputs, or (None, None)."""
+        if not self.whiten:
+            return None, None
+        if Q.shape[0] < 2:
+            raise ValueError("whitening needs at least two training points")
+        mean = Q.mean(axis=0)
+        cov = np.atleast_2d(np.cov(Q, rowvar=False))
+        # a small jitter keeps the factor defined for degenerate histories (few distinct points)
+        cov += np.eye(self.dim) * (1e-10 * np.trace(cov) / self.dim + 1e-300)
+        try:
+            L = np.linalg.cholesky(cov)
+        except np.linalg.LinAlgError:
+            raise ValueError("the training inputs' covariance is singular: cannot whiten "
+                             "(use more distinct training points or whiten=False)") from None
+        return mean, L
+
+    def _layer(self, X):
+        """The hidden layer acting on x: (W, bias, gamma) in the kernel's form."""
+        if self.nodes == "additive":
+            return self.input_weights, self.biases, None
+        # RBF: centres are training inputs picked at random; widths scale with the inputs' spread
+        n = X.shape[0]
+        picks = self._rng.choice(n, size=self.n_hidden, replace=n < self.n_hidden)
+        centres = X[picks]
+        spread = float(np.mean(X.std(axis=0))) or 1.0
+        widths = self.width_factors * spread * np.sqrt(self.dim)
+        gamma = 1.0 / widths ** 2
+        self.centres_, self.widths_ = centres, widths
+        W = np.ascontiguousarray(gamma[:, None] * centres)
+        bias = -0.5 * gamma * np.einsum("ij,ij->i", centres, centres)
+        return W, bias, gamma
+
+    def _normal_equations(self, X, t, G, gradient_weight, W, gamma, H, S):
+        """(H^T H + lambda I + gradient terms, H^T t + gradient terms), upper triangle valid."""
+        normal = dsyrk(1.0, H, trans=1, lower=0)  # H^T H (upper)
+        rhs = H.T @ t
+        if G is not None:
+            gw = gradient_weight
+            StS = dsyrk(1.0, S, trans=1, lower=0)
+            StS = np.triu(StS) + np.triu(StS, 1).T
+            if gamma is None:
+                # grad z(x_j) = W^T (S_j * v): sum_j D_j^T D_j = (S^T S) o (W W^T)
+                normal += gw * (StS * (W @ W.T))
+                rhs += gw * np.einsum("ji,ji->i", S, G @ W.T)
+            else:
+                # RBF: column i of D_j is S_ji (W_i - gamma_i x_j), W_i = gamma_i c_i
+                P = X @ W.T
+                M = (S * P).T @ S
+                sq = np.einsum("ij,ij->i", X, X)
+                normal += gw * (StS * (W @ W.T) - M * gamma[None, :] - gamma[:, None] * M.T
+                                + np.outer(gamma, gamma) * ((S * sq[:, None]).T @ S))
+                rhs += gw * (np.einsum("ji,ji->i", S, G @ W.T)
+                             - gamma * (S.T @ np.einsum("ij,ij->i", X, G)))
+        normal[np.diag_indices_from(normal)] += self.ridge
+        return normal, rhs
+
+    def _solve(self, normal, rhs, X, t, G, gradient_weight, W, gamma, H, S):
+        try:
+            factor = scipy.linalg.cho_factor(normal, lower=False, overwrite_a=False,
+                                             check_finite=False)
+            anorm = np.abs(np.triu(normal) + np.triu(normal, 1).T).sum(axis=0).max()
+            rcond, info = scipy.linalg.lapack.dpocon(factor[0], anorm, uplo="U")
+            if info == 0 and rcond > np.finfo(float).eps:
+                return scipy.linalg.cho_solve(factor, rhs, check_finite=False)
+            reason = f"its reciprocal condition number is {rcond:.1e}"
+        except np.linalg.LinAlgError:
+            reason = "its Cholesky factorisation failed"
+        warnings.warn(f"the surrogate's normal equations are singular ({reason}; ridge="
+                      f"{self.ridge:g}, {X.shape[0]} training points, {self.n_hidden} hidden "
+                      "units): falling back to a rank-revealing least-squares solve",
+                      RuntimeWarning, stacklevel=3)
+        rows = X.shape[0] * (1 + (0 if G is None else self.dim))
+        if rows * self.n_hidden <= _STACKED_LIMIT:
+            A, b = self._stacked_system(X, t, G, gradient_weight, W, gamma, H, S)
+            return scipy.linalg.lstsq(A, b, lapack_driver="gelsd")[0]
+        full = np.triu(normal) + np.triu(normal, 1).T
+        return scipy.linalg.lstsq(full, rhs, lapack_driver="gelsd")[0]
+
+    def _stacked_system(self, X, t, G, gradient_weight, W, gamma, H, S):
+        """The least-squares system written out: rows for values, gradients and the ridge."""
+        blocks, targets = [H], [t]
+        if G is not None:
+            root = np.sqrt(gradient_weight)
+            # D[j, k, i] = d a_i(x_j) / d x_k
+            D = S[:, None, :] * W.T[None, :, :]
+            if gamma is not None:
+                D = D - S[:, None, :] * gamma[None, None, :] * X[:, :, None]
+            blocks.append(root * D.reshape(-1, self.n_hidden))
+            targets.append(root * G.reshape(-1))
+        if self.ridge > 0:
+            blocks.append(np.sqrt(self.ridge) * np.eye(self.n_hidden))
+            targets.append(np.zeros(self.n_hidden))
+        return np.vstack(blocks), np.concatenate(targets)
+
+    def _gradients_x(self, X, W, gamma, S, v):
+        grads = (S * v) @ W
+        if gamma is not None:
+            grads -= ((S * v) @ gamma)[:, None] * X
+        return grads
+
+    def _make_ctarget(self, W, bias, gamma, v, offset, mean, L):
+        if L is None:
+            return NetworkTarget(self.activation, W, bias, v, offset, gamma)
+        A = scipy.linalg.solve_triangular(L, np.eye(self.dim), lower=True)  # x = A (q - mean)
+        if gamma is None:
+            # fold the whitening into the layer: W x + b = (W A) q + (b - W A mean)
+            W_q = W @ A
+            return NetworkTarget(self.activation, W_q, bias - W_q @ mean, v, offset)
+        return NetworkTarget(self.activation, W, bias, v, offset, gamma, np.tril(A), mean)
+
+    # ------------------------------------------------------------------------------------------
+    # evaluation
+
+    @property
+    def fitted(self):
+        """Whether ``fit`` has been called."""
+        return self._ctarget is not None
+
+    def _target(self):
+        if self._ctarget is None:
+            raise RuntimeError("the surrogate is not fitted: call fit(Q, t) first")
+        return self._ctarget
+
+    def potential(self, q):
+        """Surrogate potential z(q) at ``q`` (ndarray of shape (dim,))."""
+        return self._target().eval_potential(q)
+
+    def gradient(self, q):
+        """Gradient of z at ``q``: ndarray of shape (dim,)."""
+        return self._target().eval_gradient(q)
+
+    def potential_and_gradient(self, q):
+        """(z(q), grad z(q))."""
+        return self._target().eval_potential_and_gradient(q)
+
+    def hessian(self, q):
+        """Hessian of z at ``q``: ndarray of shape (dim, dim)."""
+        return self._target().hessian(q)
+
+    def predict(self, Q):
+        """z at each row of ``Q`` (ndarray of shape (N, dim)): ndarray of shape (N,)."""
+        target = self._target()
+        Q = np.ascontiguousarray(Q, dtype=np.float64)
+        if Q.ndim != 2 or Q.shape[1] != self.dim:
+            raise ValueError(f"Q must have shape (N, {self.dim}), got {Q.shape}")
+        return target.predict(Q)
+
+    def log_density(self, q):
+        """-z(q): the surrogate in the log-density convention."""
+        return -self.potential(q)
+
+    def log_density_gradient(self, q):
+        """(-z(q), -grad z(q))."""
+        U, grad = self.potential_and_gradient(q)
+        return -U, -grad
+
+    def __repr__(self):
+        state = f"fitted on {self.n_train_} points" if self.fitted else "not fitted"
+        return (f"RandomNetworkSurrogate(dim={self.dim}, n_hidden={self.n_hidden}, "
+                f"nodes={self.nodes!r}, activation={self.activation!r}, ridge={self.ridge:g}, "
+                f"whiten={self.whiten}; {state})")
