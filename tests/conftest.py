@@ -73,6 +73,12 @@ def mcse_z():
     return mean_within_mcse
 
 
+@pytest.fixture
+def mcse_cov_z():
+    """The covariance twin of ``mcse_z``."""
+    return covariance_within_mcse
+
+
 # --------------------------------------------------------------------------------------------
 # The papers' data sets (../shared/data beside the checkout, or $RNSHMC_SHARED_DATA)
 

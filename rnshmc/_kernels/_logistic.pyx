@@ -19,9 +19,13 @@ from ._targets cimport CTarget
 
 # Rows per block ~ 8192 / d: enough blocks to balance the threads, few enough that the serial
 # reduction of the per-block gradients (n_blocks * d additions) stays negligible.
+# A thread gets at least MIN_THREAD_ELEMENTS entries of X (~30 us of work): below that the
+# fork/join costs more than it saves, and on a busy machine a descheduled thread stalls the
+# barrier of every evaluation.
 cdef enum:
     BLOCK_ELEMENTS = 8192
     PREFETCH_BYTES = 4 * 1024 * 1024
+    MIN_THREAD_ELEMENTS = 65536
 
 openmp_enabled = bool(RNSHMC_OPENMP_ENABLED)
 
@@ -99,9 +103,10 @@ cdef class LogisticTarget(CTarget):
     cdef int threads(self) noexcept nogil:
         # 0 means "follow the OpenMP limit" (OMP_NUM_THREADS, threadpoolctl) at call time.
         cdef int limit = omp_get_max_threads()
-        if self.n_threads <= 0 or self.n_threads > limit:
-            return limit
-        return self.n_threads
+        cdef Py_ssize_t useful = max(1, self.n_rows * self.dim // MIN_THREAD_ELEMENTS)
+        if self.n_threads > 0 and self.n_threads < limit:
+            limit = self.n_threads
+        return <int> min(limit, useful)
 
     cdef void evaluate(self, const double* q, double* U, double* grad) noexcept nogil:
         """U(q), and grad U(q) into ``grad`` unless it is NULL."""

@@ -22,7 +22,8 @@ class LogisticRegression:
         Variance alpha of the N(0, alpha I) prior (default 100, as in the papers).
     n_threads : int or None
         Threads used per evaluation. None follows the OpenMP limit at call time
-        (``OMP_NUM_THREADS`` or a ``threadpoolctl`` limit, all cores by default). Builds
+        (``OMP_NUM_THREADS`` or a ``threadpoolctl`` limit, all cores by default). Either way
+        a thread gets at least 65536 entries of X (small problems run serially). Builds
         without OpenMP are serial.
 
     Notes

@@ -1,0 +1,169 @@
+"""RNS-HMC: exact with any surrogate (plain and delayed-acceptance tests), phases, counters,
+the trust warning, reproducibility and bad inputs."""
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+import rnshmc
+from rnshmc.models import Gaussian
+
+
+def correlated_gaussian(dim=4, seed=0):
+    rng = np.random.default_rng(seed)
+    A = rng.standard_normal((dim, dim))
+    cov = A @ A.T / dim + 0.2 * np.eye(dim)
+    mean = rng.standard_normal(dim)
+    return Gaussian(mean, covariance=cov), mean, cov
+
+
+# a deliberately poor surrogate: 15 units fitted to 60 states (acceptance 0.5-0.7 instead of
+# the exploration's 0.8, and a fit residual of 0.1-0.4 in potential units)
+POOR = dict(n_hidden=15, n_train=60, gradient_weight=0.0, n_steps=8)
+
+
+@pytest.mark.filterwarnings("ignore:.*under a third of the exploration")
+@pytest.mark.parametrize("delayed", [False, True])
+@pytest.mark.parametrize("seed", [1, 2])
+def test_exact_with_a_poor_surrogate(delayed, seed, check_mean, check_covariance):
+    model, mean, cov = correlated_gaussian()
+    sampler = rnshmc.RNSHMC(model, delayed_acceptance=delayed, **POOR)
+    res = sampler.sample(20000, tune=400, chains=2, rng=seed, progress=False)
+    assert np.all(res.fit_residual > 0.05)  # the surrogate really is poor
+    assert np.all(res.acceptance_rate < 0.8)
+    check_mean(res.samples, mean)
+    check_covariance(res.samples, mean, cov)
+
+
+def test_power_the_surrogate_alone_is_wrong():
+    """The exactness test above has something to catch: the surrogate's own distribution (HMC
+    on z, no exact test) is far from the target — for these poor fits it is not even
+    normalisable, and its chain drifts away by many posterior standard deviations."""
+    model, mean, cov = correlated_gaussian()
+    sampler = rnshmc.RNSHMC(model, **POOR)
+    sampler.sample(200, tune=400, chains=2, rng=1, progress=False)
+    sd = np.sqrt(np.diag(cov))
+    for sur in sampler.surrogates_:
+        res = rnshmc.HMC(sur, step_size=0.3, n_steps=8).sample(
+            5000, tune=200, chains=1, rng=3, init=mean, progress=False)
+        error = np.abs(res.samples[0].mean(axis=0) - mean) / sd
+        assert np.max(error) > 5, error
+
+
+@pytest.mark.parametrize("delayed", [False, True])
+@pytest.mark.parametrize("seed", [3, 4, 5])
+def test_exact_with_a_poor_surrogate_more_seeds(delayed, seed, check_mean, check_covariance):
+    model, mean, cov = correlated_gaussian(dim=6, seed=seed)
+    res = rnshmc.RNSHMC(model, delayed_acceptance=delayed, nodes="rbf", n_hidden=20,
+                        n_train=80, n_steps=8).sample(40000, tune=500, chains=2, rng=seed,
+                                                      progress=False)
+    check_mean(res.samples, mean)
+    check_covariance(res.samples, mean, cov)
+
+
+def test_good_surrogate_on_logistic_regression_matches_hmc():
+    """On a logistic-regression posterior, RNS-HMC with a good surrogate keeps HMC's acceptance
+    and both agree on the posterior mean within Monte Carlo error."""
+    X, y, _ = rnshmc.datasets.simulated_logistic(n=2000, dim=5, rng=0)
+    model = rnshmc.models.LogisticRegression(X, y)
+    hmc = rnshmc.HMC(model, n_steps=8).sample(3000, tune=1000, chains=2, rng=1, progress=False)
+    rns = rnshmc.RNSHMC(model, n_hidden=300, n_steps=8).sample(3000, tune=1000, chains=2,
+                                                               rng=2, progress=False)
+    assert np.all(rns.acceptance_rate > rns.exploration_acceptance_rate - 0.1)
+    diff = rns.samples.reshape(-1, 5).mean(0) - hmc.samples.reshape(-1, 5).mean(0)
+    se = np.sqrt(rnshmc.diagnostics.mcse_mean(rns.samples) ** 2
+                 + rnshmc.diagnostics.mcse_mean(hmc.samples) ** 2)
+    assert np.all(np.abs(diff / se) < 4.5), diff / se
+
+
+def test_phases_and_counters():
+    model, mean, cov = correlated_gaussian()
+    draws, tune = 500, 300
+    sampler = rnshmc.RNSHMC(model, n_hidden=50, step_size=0.3, n_steps=6)
+    res = sampler.sample(draws, tune=tune, chains=2, rng=0, progress=False)
+    # exploration: one exact gradient (and density) per leapfrog step, plus the start
+    assert np.all(res.n_gradient_evals == res.n_density_evals_explore)
+    assert np.all(res.n_gradient_evals >= tune + 1)
+    # sampling: one exact density per iteration (plus the start), surrogate gradients only
+    np.testing.assert_array_equal(res.n_density_evals_sampling, draws + 1)
+    np.testing.assert_array_equal(res.n_surrogate_gradient_evals, res.n_steps.sum(axis=1) + 1)
+    np.testing.assert_array_equal(res.n_density_evals,
+                                  res.n_density_evals_explore + res.n_density_evals_sampling)
+    np.testing.assert_array_equal(res.n_train, tune - tune // 5)  # first 20% discarded
+    assert set(res.timings) == {"tune", "train", "sampling"}
+    assert res.samples.shape == (2, draws, 4) and res.sampler == "RNS-HMC"
+    assert np.all(res.fit_residual > 0) and np.all(np.isfinite(res.gradient_residual))
+    assert len(sampler.surrogates_) == 2 and sampler.surrogates_[0].n_train_ == res.n_train[0]
+    np.testing.assert_allclose(res.log_density[0], [-model.potential(q) for q in res.samples[0]],
+                               rtol=1e-12)
+
+
+@pytest.mark.filterwarnings("ignore:.*under a third of the exploration")
+def test_delayed_acceptance_saves_exact_evaluations():
+    """Proposals the surrogate rejects cost no exact evaluation; the exact count is the number
+    of stage-1 acceptances (at least the accepted draws)."""
+    model, _, _ = correlated_gaussian()
+    res = rnshmc.RNSHMC(model, delayed_acceptance=True, **POOR).sample(
+        3000, tune=400, chains=1, rng=0, progress=False)
+    evals = res.n_density_evals_sampling[0] - 1
+    assert res.accepted.sum() <= evals < 3000
+
+
+def test_training_window_options():
+    model, _, _ = correlated_gaussian()
+    res = rnshmc.RNSHMC(model, n_hidden=30, n_explore=200, n_train=50, step_size=0.3,
+                        n_steps=1, jitter=False).sample(100, tune=999, rng=0, progress=False)
+    assert res.n_train[0] == 50
+    assert res.n_gradient_evals[0] == 200 + 1  # the exploration took n_explore, not tune
+    with pytest.raises(ValueError, match="n_train"):
+        rnshmc.RNSHMC(model, n_train=500).sample(10, tune=100, progress=False)
+    with pytest.raises(ValueError):
+        rnshmc.RNSHMC(model).sample(10, tune=1, progress=False)
+
+
+def test_trust_warning_when_acceptance_collapses():
+    model, _, _ = correlated_gaussian()
+    with pytest.warns(RuntimeWarning, match="under a third of the exploration"):
+        rnshmc.RNSHMC(model, n_hidden=8, n_train=50, gradient_weight=0.0, n_steps=8).sample(
+            2000, tune=400, rng=1, progress=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        rnshmc.RNSHMC(model, n_hidden=100).sample(1000, tune=400, rng=1, progress=False)
+
+
+def test_reproducible_and_thread_pool_equals_serial():
+    model, _, _ = correlated_gaussian()
+    sampler = rnshmc.RNSHMC(model, n_hidden=40, delayed_acceptance=True)
+    a = sampler.sample(300, tune=200, chains=2, rng=7, progress=False)
+    b = sampler.sample(300, tune=200, chains=2, rng=7, progress=False)
+    with ThreadPoolExecutor(2) as pool:
+        c = sampler.sample(300, tune=200, chains=2, rng=7, progress=False, pool=pool)
+    np.testing.assert_array_equal(a.samples, b.samples)
+    np.testing.assert_array_equal(a.samples, c.samples)
+
+
+def test_result_saves_and_loads(tmp_path):
+    model, _, _ = correlated_gaussian()
+    res = rnshmc.RNSHMC(model, n_hidden=20).sample(100, tune=100, rng=0, progress=False)
+    path = tmp_path / "rns.npz"
+    res.save(path)
+    back = rnshmc.load(path)
+    np.testing.assert_array_equal(back.samples, res.samples)
+    np.testing.assert_array_equal(back.fit_residual, res.fit_residual)
+    assert back.timings.keys() == res.timings.keys()
+
+
+@pytest.mark.parametrize("kwargs", [dict(n_hidden=0), dict(nodes="mlp"), dict(ridge=-1),
+                                    dict(gradient_weight=-1.0), dict(surrogate_n_steps=0),
+                                    dict(n_explore=1), dict(n_train=0), dict(step_size=-0.1)])
+def test_bad_options(kwargs):
+    model, _, _ = correlated_gaussian()
+    with pytest.raises(ValueError):
+        rnshmc.RNSHMC(model, **kwargs)
+
+
+def test_needs_a_gradient():
+    target = rnshmc.Target(lambda q: -0.5 * q @ q, dim=2)
+    with pytest.raises(ValueError, match="gradient"):
+        rnshmc.RNSHMC(target)

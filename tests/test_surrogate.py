@@ -1,0 +1,299 @@
+"""RandomNetworkSurrogate: activations, value/gradient/Hessian against NumPy references and
+finite differences, the fit against the explicitly stacked least-squares system."""
+import pickle
+import warnings
+
+import numpy as np
+import pytest
+from scipy.special import expit
+
+import rnshmc
+from rnshmc import RandomNetworkSurrogate
+from rnshmc._kernels._surrogate import activations
+
+CONFIGS = [("additive", "softplus"), ("additive", "sigmoid"), ("additive", "tanh"),
+           ("rbf", "softplus")]
+
+
+# --------------------------------------------------------------------------------------------
+# NumPy references
+
+
+def reference_activation(name, x):
+    """(a, a', a'') in closed form with SciPy's overflow-safe logistic function."""
+    sig, sig_minus = expit(x), expit(-x)  # sigmoid(x) and 1 - sigmoid(x), both accurate
+    if name == "softplus":
+        return np.logaddexp(0, x), sig, sig * sig_minus
+    if name == "sigmoid":
+        return sig, sig * sig_minus, sig * sig_minus * (sig_minus - sig)
+    if name == "tanh":
+        t = np.tanh(x)
+        slope = 4 * expit(2 * x) * expit(-2 * x)  # 1 - tanh^2, without cancellation
+        return t, slope, -2 * t * slope
+    e = np.exp(x)
+    return e, e, e
+
+
+def reference_parts(sur, q):
+    """x(q), the pre-activations, d pre / d x (s, d) and d x / d q, from the fitted attributes."""
+    L = sur.input_factor_
+    x = q if L is None else np.linalg.solve(L, q - sur.input_mean_)
+    dx_dq = np.eye(sur.dim) if L is None else np.linalg.inv(L)
+    if sur.nodes == "additive":
+        pre = sur.input_weights @ x + sur.biases
+        dpre = sur.input_weights
+    else:
+        diff = x - sur.centres_
+        pre = -0.5 * np.sum(diff ** 2, axis=1) / sur.widths_ ** 2
+        dpre = -diff / sur.widths_[:, None] ** 2
+    return x, pre, dpre, dx_dq
+
+
+def reference_value_gradient_hessian(sur, q):
+    x, pre, dpre, dx_dq = reference_parts(sur, q)
+    a, a1, a2 = reference_activation(sur.activation, pre)
+    v = sur.output_weights
+    value = v @ a + sur.offset_
+    grad_x = dpre.T @ (v * a1)
+    hess_x = (dpre.T * (v * a2)) @ dpre
+    if sur.nodes == "rbf":  # d^2 pre / dx^2 = -I / width^2
+        hess_x -= np.eye(sur.dim) * np.sum(v * a1 / sur.widths_ ** 2)
+    return value, dx_dq.T @ grad_x, dx_dq.T @ hess_x @ dx_dq
+
+
+def training_data(rng, n=120, dim=3):
+    Q = rng.standard_normal((n, dim)) * [0.5, 2.0, 1.0][:dim] + 0.3
+    U = 0.5 * np.sum(Q ** 2, axis=1) + np.sin(Q[:, 0]) + 0.1 * Q[:, 1] ** 3 / 3
+    G = Q.copy()
+    G[:, 0] += np.cos(Q[:, 0])
+    G[:, 1] += 0.1 * Q[:, 1] ** 2
+    return Q, U, G
+
+
+def fitted(nodes, activation, whiten, gradients=True, n_hidden=60, ridge=1e-6, seed=0):
+    Q, U, G = training_data(np.random.default_rng(seed))
+    sur = RandomNetworkSurrogate(3, n_hidden, nodes=nodes, activation=activation, ridge=ridge,
+                                 whiten=whiten, rng=seed)
+    return sur.fit(Q, U, gradients=G if gradients else None, gradient_weight=0.3), Q, U, G
+
+
+# --------------------------------------------------------------------------------------------
+# activations
+
+
+@pytest.mark.parametrize("name", ["softplus", "sigmoid", "tanh", "exp"])
+def test_activations_against_closed_forms(name):
+    x = np.concatenate([np.linspace(-30, 30, 2001), [-700.0, -40.0, 0.0, 1e-12, -1e-12]])
+    if name != "exp":
+        x = np.concatenate([x, [40.0, 700.0, 800.0, -800.0]])
+    else:
+        x = x[x <= 0]
+    value, slope, curvature = activations(name, x, slopes=True, curvatures=True)
+    ref = reference_activation(name, x)
+    # relative accuracy, except near x = 0 where tanh and sigmoid'' are computed from
+    # 1 - exp(-2|x|): there the error is absolute, ~1e-17 (harmless in a sum of units of O(1))
+    for got, want in zip((value, slope, curvature), ref):
+        np.testing.assert_allclose(got, want, rtol=2e-14, atol=1e-16)
+    assert np.all(np.isfinite(value))
+
+
+def test_softplus_value_accuracy_in_ulps():
+    x = np.linspace(-700, 700, 400001)
+    (value,) = activations("softplus", x)
+    ref = np.logaddexp(0, x)
+    assert np.max(np.abs(value - ref) / ref) < 1e-15
+
+
+# --------------------------------------------------------------------------------------------
+# value, gradient, Hessian
+
+
+@pytest.mark.parametrize("nodes,activation", CONFIGS)
+@pytest.mark.parametrize("whiten", [False, True])
+def test_value_gradient_hessian_against_numpy(nodes, activation, whiten):
+    sur, Q, _, _ = fitted(nodes, activation, whiten)
+    rng = np.random.default_rng(5)
+    for q in Q[:3] + 0.2 * rng.standard_normal((3, 3)):
+        value, grad, hess = reference_value_gradient_hessian(sur, q)
+        np.testing.assert_allclose(sur.potential(q), value, rtol=1e-12)
+        np.testing.assert_allclose(sur.gradient(q), grad, rtol=1e-10, atol=1e-12 * np.abs(grad).max())
+        U, g = sur.potential_and_gradient(q)
+        assert U == sur.potential(q) and np.array_equal(g, sur.gradient(q))
+        np.testing.assert_allclose(sur.hessian(q), hess, rtol=1e-9, atol=1e-11 * np.abs(hess).max())
+        assert sur.log_density(q) == -U
+        np.testing.assert_array_equal(sur.log_density_gradient(q)[1], -g)
+    np.testing.assert_allclose(sur.predict(Q[:7]), [sur.potential(q) for q in Q[:7]], rtol=1e-14)
+
+
+@pytest.mark.parametrize("nodes,activation", CONFIGS)
+@pytest.mark.parametrize("whiten", [False, True])
+def test_gradient_and_hessian_against_finite_differences(nodes, activation, whiten):
+    sur, Q, _, _ = fitted(nodes, activation, whiten)
+    q = Q[4] + 0.1
+    h = 1e-5
+    E = np.eye(3)
+    fd_grad = np.array([(sur.potential(q + h * e) - sur.potential(q - h * e)) / (2 * h) for e in E])
+    fd_hess = np.array([(sur.gradient(q + h * e) - sur.gradient(q - h * e)) / (2 * h) for e in E])
+    grad, hess = sur.gradient(q), sur.hessian(q)
+    np.testing.assert_allclose(grad, fd_grad, atol=1e-6 * max(1, np.abs(grad).max()))
+    np.testing.assert_allclose(hess, fd_hess, atol=1e-5 * max(1, np.abs(hess).max()))
+    np.testing.assert_array_equal(hess, hess.T)
+
+
+# --------------------------------------------------------------------------------------------
+# the fit
+
+
+def stacked_solution(sur, Q, t, G, gradient_weight):
+    """Output weights from numpy.linalg.lstsq on the explicitly stacked system
+    [H; sqrt(gw) D; sqrt(ridge) I] v = [t - min t; sqrt(gw) g; 0], built from the references."""
+    rows, targets = [], []
+    shift = t.min()
+    for q, tj in zip(Q, t):
+        x, pre, dpre, dx_dq = reference_parts(sur, q)
+        a, a1, _ = reference_activation(sur.activation, pre)
+        rows.append(a[None, :])
+        targets.append([tj - shift])
+    if G is not None:
+        L = sur.input_factor_
+        for q, g in zip(Q, G):
+            x, pre, dpre, _ = reference_parts(sur, q)
+            _, a1, _ = reference_activation(sur.activation, pre)
+            D = (dpre * a1[:, None]).T  # d z / d x = D v
+            gx = g if L is None else L.T @ g
+            rows.append(np.sqrt(gradient_weight) * D)
+            targets.append(np.sqrt(gradient_weight) * gx)
+    rows.append(np.sqrt(sur.ridge) * np.eye(sur.n_hidden))
+    targets.append(np.zeros(sur.n_hidden))
+    A, b = np.vstack(rows), np.concatenate(targets)
+    return np.linalg.lstsq(A, b, rcond=None)[0], A, b
+
+
+@pytest.mark.parametrize("nodes,activation", CONFIGS)
+@pytest.mark.parametrize("whiten", [False, True])
+@pytest.mark.parametrize("with_gradients", [False, True])
+def test_fit_matches_lstsq_on_the_stacked_system(nodes, activation, whiten, with_gradients):
+    sur, Q, U, G = fitted(nodes, activation, whiten, gradients=with_gradients, ridge=1e-3)
+    v_ref, A, b = stacked_solution(sur, Q, U, G if with_gradients else None, 0.3)
+    # compare the objective (the solution is unique, but conditioning limits the weights' match)
+    objective = lambda v: np.sum((A @ v - b) ** 2)
+    assert objective(sur.output_weights) <= objective(v_ref) * (1 + 1e-9)
+    np.testing.assert_allclose(sur.output_weights, v_ref, rtol=1e-5,
+                               atol=1e-6 * np.abs(v_ref).max())
+    assert sur.n_train_ == Q.shape[0]
+    resid = np.sqrt(np.mean((sur.predict(Q) - U) ** 2))
+    np.testing.assert_allclose(sur.fit_residual_, resid, rtol=1e-8)
+    assert (sur.gradient_residual_ is not None) == with_gradients
+
+
+def test_gradient_fit_improves_gradients():
+    """With gradients in the fit, the surrogate's gradients at held-out points are closer."""
+    rng = np.random.default_rng(3)
+    Q, U, G = training_data(rng, n=60)
+    Qt, _, Gt = training_data(rng, n=200)
+    errors = []
+    for gw in (0.0, 1.0):
+        sur = RandomNetworkSurrogate(3, 200, ridge=1e-6, rng=1, whiten=True)
+        sur.fit(Q, U, gradients=G, gradient_weight=gw)
+        errors.append(np.sqrt(np.mean([(sur.gradient(q) - g) ** 2 for q, g in zip(Qt, Gt)])))
+    assert errors[1] < 0.7 * errors[0], errors
+
+
+def test_targets_are_shifted_by_their_minimum():
+    sur, Q, U, _ = fitted("additive", "softplus", False, gradients=False)
+    assert sur.offset_ == U.min()
+    sur2 = RandomNetworkSurrogate(3, 60, rng=0).fit(Q, U + 1000.0)
+    np.testing.assert_allclose(sur2.predict(Q), sur.predict(Q) + 1000.0, rtol=1e-9)
+
+
+def test_singular_system_falls_back_to_rank_revealing_lstsq():
+    """ridge=0 with repeated points (a chain's history) and more units than distinct points:
+    warn, and return the minimum-norm least-squares solution, which interpolates."""
+    rng = np.random.default_rng(2)
+    Q = np.repeat(rng.standard_normal((15, 2)), 3, axis=0)
+    t = np.sum(Q ** 2, axis=1)
+    sur = RandomNetworkSurrogate(2, 40, ridge=0.0, rng=0)
+    with pytest.warns(RuntimeWarning, match="rank-revealing"):
+        sur.fit(Q, t)
+    H = reference_activation("softplus", Q @ sur.input_weights.T + sur.biases)[0]
+    v_ref = np.linalg.lstsq(H, t - t.min(), rcond=None)[0]
+    np.testing.assert_allclose(sur.output_weights, v_ref, rtol=1e-6, atol=1e-8 * np.abs(v_ref).max())
+    assert sur.fit_residual_ < 1e-6
+
+
+def test_regular_system_does_not_warn():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fitted("additive", "softplus", True)
+
+
+# --------------------------------------------------------------------------------------------
+# the surrogate as a target; housekeeping
+
+
+def test_surrogate_is_a_c_level_target_for_hmc(check_mean):
+    """HMC on a surrogate fitted to a standard normal samples (approximately) that normal."""
+    rng = np.random.default_rng(0)
+    Q = rng.standard_normal((2000, 2))
+    sur = RandomNetworkSurrogate(2, 300, rng=0, whiten=True).fit(Q, 0.5 * np.sum(Q ** 2, 1), Q)
+    res = rnshmc.HMC(sur, step_size=0.5, n_steps=5).sample(2000, tune=100, rng=1, progress=False)
+    assert abs(res.samples.mean()) < 0.15 and abs(res.samples.std() - 1) < 0.1
+
+
+def test_pickle_and_spawn_round_trip():
+    sur, Q, _, _ = fitted("rbf", "softplus", True)
+    clone = pickle.loads(pickle.dumps(sur))
+    np.testing.assert_array_equal(clone.predict(Q), sur.predict(Q))
+    spawned = sur._ctarget.spawn()
+    np.testing.assert_array_equal(spawned.eval_gradient(Q[0]), sur.gradient(Q[0]))
+
+
+def test_same_seed_same_network():
+    a = RandomNetworkSurrogate(4, 10, rng=3)
+    b = RandomNetworkSurrogate(4, 10, rng=np.random.default_rng(3))
+    np.testing.assert_array_equal(a.input_weights, b.input_weights)
+    # the authors' draws: w ~ N(0, I/dim), d ~ N(0, 1)
+    big = RandomNetworkSurrogate(16, 20000, rng=0)
+    assert abs(big.input_weights.std() - 0.25) < 0.005 and abs(big.biases.std() - 1) < 0.02
+
+
+@pytest.mark.parametrize("kwargs", [dict(dim=0), dict(dim=2.5), dict(n_hidden=0),
+                                    dict(nodes="mlp"), dict(activation="relu"),
+                                    dict(ridge=-1.0), dict(ridge=np.nan),
+                                    dict(weight_scale=0.0)])
+def test_bad_construction(kwargs):
+    args = dict(dim=3, n_hidden=10)
+    args.update(kwargs)
+    with pytest.raises(ValueError):
+        RandomNetworkSurrogate(**args)
+
+
+def test_bad_fit_inputs_and_unfitted_use():
+    sur = RandomNetworkSurrogate(3, 10, rng=0)
+    with pytest.raises(RuntimeError, match="not fitted"):
+        sur.potential(np.zeros(3))
+    Q = np.random.default_rng(0).standard_normal((20, 3))
+    t = np.sum(Q ** 2, 1)
+    with pytest.raises(ValueError, match="shape"):
+        sur.fit(Q[:, :2], t)
+    with pytest.raises(ValueError, match="shape"):
+        sur.fit(Q, t[:-1])
+    with pytest.raises(ValueError, match="shape"):
+        sur.fit(Q, t, gradients=Q[:-1])
+    bad = Q.copy()
+    bad[3, 1] = np.nan
+    with pytest.raises(ValueError, match="finite"):
+        sur.fit(bad, t)
+    with pytest.raises(ValueError, match="finite"):
+        sur.fit(Q, np.where(np.arange(20) == 2, np.inf, t))
+    with pytest.raises(ValueError, match="finite"):
+        sur.fit(Q, t, gradients=bad)
+    with pytest.raises(ValueError, match="gradient_weight"):
+        sur.fit(Q, t, gradients=Q, gradient_weight=-1)
+    sur.fit(Q, t)
+    with pytest.raises(ValueError, match="shape"):
+        sur.potential(np.zeros(4))
+    with pytest.raises(ValueError, match="shape"):
+        sur.predict(np.zeros(3))
+    with pytest.raises(ValueError, match="whiten"):
+        RandomNetworkSurrogate(3, 10, whiten=True, rng=0).fit(Q[:1], t[:1])
