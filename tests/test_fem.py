@@ -206,6 +206,20 @@ def test_solve_on_the_authors_mesh_matches_reference(shared_data):
     np.testing.assert_allclose(solver.solve(kappa), expected, rtol=1e-11, atol=1e-12)
 
 
+@pytest.mark.parametrize("case", range(3))
+def test_element_contraction_sums_to_the_energy(case):
+    """The C element contraction kappa_e u_e^T S_e v_e (used by the adjoint gradient) summed
+    over the elements is u^T A v with the full reference matrix."""
+    solver = solver_cases()[case]
+    kappa = random_kappa(solver, 30 + case)
+    rng = np.random.default_rng(case)
+    u, v = rng.normal(size=(2, solver.n_nodes))
+    per_element = solver._system.element_contraction(
+        kappa, u[np.argsort(solver._ext)], v[np.argsort(solver._ext)])
+    A = reference_matrix(solver.nodes, solver.elements, kappa)
+    assert per_element.sum() == pytest.approx(u @ (A @ v), rel=1e-12)
+
+
 def test_constant_kappa_does_not_change_the_solution():
     solver = EllipticSolver(6, "P1")
     u1 = solver.solve(np.ones(solver.n_elements))

@@ -236,6 +236,17 @@ def test_hmc_runs_on_the_model():
     assert result.acceptance_rate[0] > 0.3
 
 
+def test_hmc_with_default_initial_points_and_thread_pool():
+    from concurrent.futures import ThreadPoolExecutor
+    model = EllipticPDE(n=8, element="Q1", n_modes=5, rng=1)
+    sampler = rnshmc.HMC(model, step_size=0.16, n_steps=10)
+    serial = sampler.sample(draws=30, tune=0, chains=2, rng=0, progress=False)
+    assert np.all(np.isfinite(serial.samples))
+    with ThreadPoolExecutor(2) as pool:   # each chain gets a spawned target with its own scratch
+        threaded = sampler.sample(draws=30, tune=0, chains=2, rng=0, progress=False, pool=pool)
+    np.testing.assert_array_equal(threaded.samples, serial.samples)
+
+
 def test_authors_problem_under_hmc(shared_data):
     model = EllipticPDE.from_mat(authors_file(shared_data))
     result = rnshmc.HMC(model, step_size=0.16, n_steps=10).sample(

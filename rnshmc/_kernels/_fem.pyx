@@ -398,12 +398,6 @@ cdef class EllipticPDETarget(CTarget):
     # ---------------------------------------------------------------------------------------
     # Python entry points (validated by rnshmc.models.EllipticPDE)
 
-    def log_coefficient(self, q):
-        """log kappa per element at ``q``."""
-        cdef double[::1] qv = self._checked_point(q)
-        out = np.asarray(self.basis_t).T @ np.asarray(qv)
-        return out
-
     def solution(self, q):
         """(ok, extended solution, u at the observations) at ``q``."""
         cdef double[::1] qv = self._checked_point(q)
