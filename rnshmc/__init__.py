@@ -7,7 +7,7 @@ except ImportError as error:  # pragma: no cover - depends on how the package is
         f"the source checkout at {__path__[0]} rather than the installed package: run from "
         "another directory (or use the `rnshmc` command), or build in place with "
         "`python setup.py build_ext --inplace`.") from error
-from . import datasets, diagnostics, models
+from . import datasets, diagnostics, fem, models
 from .results import SampleResult, load
 from .samplers import HMC, RNSHMC
 from .surrogate import RandomNetworkSurrogate
@@ -15,5 +15,6 @@ from .targets import Target
 
 __version__ = "0.1.0"
 
-__all__ = ["HMC", "RNSHMC", "RandomNetworkSurrogate", "Target", "SampleResult", "load", "models", "datasets", "diagnostics",
+__all__ = ["HMC", "RNSHMC", "RandomNetworkSurrogate", "Target", "SampleResult", "load",
+           "models", "datasets", "diagnostics", "fem",
            "__version__"]

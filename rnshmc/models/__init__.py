@@ -1,5 +1,6 @@
 """Built-in models: C-level targets."""
 from .logistic import LogisticRegression
+from .pde import EllipticPDE
 from .toy import Gaussian
 
-__all__ = ["LogisticRegression", "Gaussian"]
+__all__ = ["LogisticRegression", "EllipticPDE", "Gaussian"]

@@ -1,0 +1,172 @@
+"""Elliptic PDE benchmark: prints ratios measured side by side in one run.
+
+  1. Forward solve on the 30x30 Q1 mesh (assemble + factor + solve for one kappa per element):
+     rnshmc (C assembly into band storage, LAPACK dpbtrf/dpbtrs) vs the best plain SciPy
+     version (vectorised COO assembly with precomputed index arrays, then scipy.sparse.linalg
+     .splu, once with its defaults and once set up for a symmetric positive definite matrix:
+     minimum-degree ordering of A^T + A, symmetric mode, no pivoting; the faster one is the
+     reference)                                                                target >= 5x
+  2. Potential+gradient (forward + one adjoint solve) over potential alone, C path  target <= 1.5
+  3. Potential and potential+gradient in microseconds: Q1 30x30, P1 30x30, and the authors'
+     mesh (ePDE.mat) when the papers' data are present ($RNSHMC_SHARED_DATA, default the
+     repository's ../shared/data).
+
+Each figure is the median over ``--repeats`` rounds; within a round the competitors run one
+after the other (interleaved), each as a block of consecutive calls whose median is taken.
+The spread (min..max of the per-round ratio) is printed beside each ratio.
+
+    python benchmarks/bench_pde.py [--repeats 15]
+"""
+import argparse
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+import scipy.sparse.linalg as spl
+
+import rnshmc
+from rnshmc.fem import EllipticSolver
+from rnshmc.models import EllipticPDE
+
+
+def timed(function, inner):
+    """Median seconds per call over ``inner`` consecutive calls, after one untimed call."""
+    function()
+    times = []
+    for _ in range(inner):
+        start = time.perf_counter()
+        function()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+def rounds(functions, repeats, inner):
+    """{name: array of per-round seconds per call}, competitors interleaved within each round."""
+    times = {name: [] for name in functions}
+    for _ in range(repeats):
+        for name, f in functions.items():
+            times[name].append(timed(f, inner))
+    return {name: np.array(t) for name, t in times.items()}
+
+
+def ratio_line(label, num, den, target=None, better="lower"):
+    per_round = num / den
+    median = np.median(num) / np.median(den)
+    verdict = ""
+    if target is not None:
+        ok = median <= target if better == "lower" else median >= target
+        verdict = f"  target {'<=' if better == 'lower' else '>='} {target}: {'met' if ok else 'MISSED'}"
+    print(f"  {label:<58s} {median:6.2f}x  (per-round {per_round.min():.2f}..{per_round.max():.2f}){verdict}")
+
+
+class ScipyForward:
+    """The same finite-element solve in plain SciPy, everything mesh-dependent precomputed:
+    per call one vectorised COO -> CSC conversion of kappa-scaled element matrices over the
+    free nodes, the lifting by a bincount, then splu and one solve."""
+
+    def __init__(self, solver, spd=False):
+        nodes, elements = solver.nodes, solver.elements
+        K = solver._elem_stiffness                       # element matrices for kappa = 1
+        n_free = solver.free_nodes.size
+        index = np.full(solver.n_nodes, -1)
+        index[solver.free_nodes] = np.arange(n_free)
+        g = np.zeros(solver.n_nodes)
+        g[solver.dirichlet_nodes] = solver.dirichlet_values
+        m = elements.shape[1]
+        rows = np.repeat(index[elements], m, axis=1).reshape(-1, m, m)
+        cols = np.tile(index[elements], (1, m)).reshape(-1, m, m)
+        keep = (rows >= 0) & (cols >= 0)
+        self.element_of = np.nonzero(keep)[0]
+        self.values = K[keep]
+        self.rows, self.cols = rows[keep], cols[keep]
+        lift = -np.einsum("eab,eb->ea", K, g[elements])   # per element and local row
+        free_row = index[elements] >= 0
+        self.lift_element = np.nonzero(free_row)[0]
+        self.lift_values = lift[free_row]
+        self.lift_rows = index[elements][free_row]
+        self.n_free = n_free
+        # SuperLU options for a symmetric positive definite matrix (faster than its defaults)
+        self.options = dict(permc_spec="MMD_AT_PLUS_A", diag_pivot_thresh=0.0,
+                            options=dict(SymmetricMode=True)) if spd else {}
+
+    def solve(self, kappa):
+        A = sp.csc_matrix((kappa[self.element_of] * self.values, (self.rows, self.cols)),
+                          shape=(self.n_free, self.n_free))
+        b = np.bincount(self.lift_rows, kappa[self.lift_element] * self.lift_values,
+                        minlength=self.n_free)
+        return spl.splu(A, **self.options).solve(b)
+
+
+def shared_data_dir():
+    path = os.environ.get("RNSHMC_SHARED_DATA")
+    path = Path(path) if path else Path(__file__).resolve().parents[2] / "shared" / "data"
+    return path if path.is_dir() else None
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=15)
+    args = parser.parse_args()
+    print(f"rnshmc {rnshmc.__version__}")
+    try:  # optional: only to report the BLAS in use
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        threadpool_info = list
+    for info in threadpool_info():
+        print(f"  {info['user_api']:7s} {info['internal_api']:9s} threads={info['num_threads']} "
+              f"{info.get('architecture', '')} {info['filepath'].split('/')[-1]}")
+
+    # 1. forward solve, Q1 30x30
+    model = EllipticPDE(n=30, element="Q1", rng=0)
+    solver, ctarget = model.solver, model._ctarget
+    q = model.true_theta
+    kappa = np.exp(model.log_coefficient(q))
+    references = {"default": ScipyForward(solver), "spd": ScipyForward(solver, spd=True)}
+    u = solver.solve(kappa)
+    for reference in references.values():
+        assert np.allclose(reference.solve(kappa), u[solver.free_nodes], rtol=1e-10, atol=1e-12)
+    print(f"\n1. forward solve, 30x30 Q1 ({solver.free_nodes.size} unknowns, half-bandwidth "
+          f"{solver.bandwidth}), median of {args.repeats} interleaved rounds")
+    t = rounds({
+        "solve": lambda: solver.solve(kappa),
+        "potential": lambda: ctarget.eval_potential(q),
+        "default": lambda: references["default"].solve(kappa),
+        "spd": lambda: references["spd"].solve(kappa),
+    }, args.repeats, inner=40)
+    for name, label in [("solve", "rnshmc EllipticSolver.solve(kappa)"),
+                        ("potential", "rnshmc model potential (C: log kappa .. misfit)"),
+                        ("default", "SciPy COO assembly + splu (defaults)"),
+                        ("spd", "SciPy COO assembly + splu (set up for SPD)")]:
+        print(f"  {label:<48s} {1e6 * np.median(t[name]):9.1f} us  (min {1e6 * t[name].min():.1f})")
+    best = "default" if np.median(t["default"]) <= np.median(t["spd"]) else "spd"
+    ratio_line(f"speed-up of EllipticSolver.solve over SciPy (splu {best})", t[best], t["solve"], 5.0, "higher")
+    ratio_line("speed-up of the model's C potential over SciPy solve", t[best], t["potential"])
+
+    # 2-3. potential and potential+gradient
+    cases = [("Q1 30x30", model), ("P1 30x30", EllipticPDE(n=30, element="P1", rng=0))]
+    data = shared_data_dir()
+    if data is not None and (data / "rnshmc-original" / "ePDE.mat").is_file():
+        cases.append(("authors' mesh (ePDE.mat)", EllipticPDE.from_mat(data / "rnshmc-original" / "ePDE.mat")))
+    else:
+        print("\n(the papers' data are absent: the authors' mesh is skipped)")
+    print(f"\n2-3. potential vs potential+gradient (C path), median of {args.repeats} interleaved rounds")
+    functions = {}
+    for label, case in cases:
+        point = case.true_theta if case.true_theta is not None else np.zeros(case.dim)
+        target = case._ctarget
+        functions[(label, "p")] = (lambda t=target, x=point: t.eval_potential(x))
+        functions[(label, "pg")] = (lambda t=target, x=point: t.eval_potential_and_gradient(x))
+    t = rounds(functions, args.repeats, inner=40)
+    for label, case in cases:
+        p, pg = t[(label, "p")], t[(label, "pg")]
+        print(f"  {label:<26s} dim={case.dim:<3d} elements={case.solver.n_elements:<5d} "
+              f"potential {1e6 * np.median(p):7.1f} us   potential+gradient {1e6 * np.median(pg):7.1f} us")
+    for label, _ in cases:
+        ratio_line(f"potential+gradient / potential, {label}", t[(label, "pg")], t[(label, "p")],
+                   1.5 if label == "Q1 30x30" else None)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,456 @@
+"""Finite-element kernels of the elliptic PDE inverse problem.
+
+``BandSystem`` assembles -div(kappa grad u) = f with kappa constant per element straight into
+LAPACK band storage over the free nodes (Dirichlet lifting folded into the right-hand side),
+factors it with the banded Cholesky ``dpbtrf`` and solves with ``dpbtrs``, reusing the factor
+for the adjoint and sensitivity solves. Everything mesh-dependent (element matrices for
+kappa = 1, the scatter positions of every element entry in band storage, the lifting values)
+is precomputed by ``rnshmc.fem``; an assembly is then one multiply-add per stored entry.
+
+``EllipticPDETarget`` is the C-level target of ``rnshmc.models.EllipticPDE``: log kappa is a
+linear map of theta (a Karhunen-Loeve basis), u is observed through a sparse interpolation
+operator, U = |y - u_obs|^2 / (2 s_y^2) + |theta|^2 / (2 s_theta^2), and the gradient costs
+one adjoint solve with the same factor plus an element contraction.
+"""
+from libc.math cimport exp, INFINITY, NAN
+from libc.string cimport memcpy, memset
+
+import numpy as np
+
+from ._blas cimport Upper, Lower, _axpy, _dot
+from ._lapack cimport _pbtrf, _pbtrs
+from ._targets cimport CTarget
+
+cdef double DBL_MAX = 1.7976931348623157e308
+
+
+cdef class BandSystem:
+    """Banded finite-element system over the free nodes (built by ``rnshmc.fem``).
+
+    Parameters
+    ----------
+    elem_ext : ndarray of intp, shape (n_elements * n_local,)
+        Extended index of each element node (free nodes: band position; Dirichlet nodes:
+        n_free + their index among the Dirichlet nodes).
+    elem_stiffness : ndarray, shape (n_elements * n_local * n_local,)
+        Element stiffness matrices for kappa = 1, row-major per element.
+    scatter_ptr, scatter_pos, scatter_val : ndarrays
+        Element ``e`` adds ``kappa[e] * scatter_val[p]`` to ``work[scatter_pos[p]]`` for
+        ``p`` in ``[scatter_ptr[e], scatter_ptr[e + 1])``; positions below ``band_size`` are
+        band entries, the others right-hand-side entries (lifting of the Dirichlet values).
+    load : ndarray, shape (n_free,)
+        Kappa-independent part of the right-hand side (a source term; zeros for the paper's
+        problem).
+    boundary : ndarray, shape (n_dirichlet,)
+        Dirichlet values, in the order of the extended numbering.
+    n_free, kd : int
+        Number of unknowns and half-bandwidth.
+    lower : bool
+        Store the lower triangle (else the upper one).
+    """
+
+    def __init__(self, const Py_ssize_t[::1] elem_ext, const double[::1] elem_stiffness,
+                 const Py_ssize_t[::1] scatter_ptr, const Py_ssize_t[::1] scatter_pos,
+                 const double[::1] scatter_val, const double[::1] load,
+                 const double[::1] boundary, Py_ssize_t n_free, int kd, bint lower):
+        cdef Py_ssize_t n_elements = scatter_ptr.shape[0] - 1
+        if n_free < 1 or kd < 0 or n_elements < 1:
+            raise ValueError("need at least one unknown, one element and kd >= 0")
+        if elem_ext.shape[0] % n_elements:
+            raise ValueError("elem_ext does not hold n_local entries per element")
+        self.n_elements = n_elements
+        self.n_local = elem_ext.shape[0] // n_elements
+        if elem_stiffness.shape[0] != n_elements * self.n_local * self.n_local:
+            raise ValueError("elem_stiffness must hold one n_local x n_local matrix per element")
+        if scatter_pos.shape[0] != scatter_val.shape[0] or scatter_ptr[n_elements] != scatter_pos.shape[0]:
+            raise ValueError("scatter_ptr, scatter_pos and scatter_val do not match")
+        if load.shape[0] != n_free:
+            raise ValueError("load must have one entry per unknown")
+        self.n_free = n_free
+        self.n_ext = n_free + boundary.shape[0]
+        self.kd = kd
+        self.ldab = kd + 1
+        self.lower = lower
+        self.band_size = self.ldab * n_free
+        arr = np.asarray(scatter_pos)
+        if arr.size and (arr.min() < 0 or arr.max() >= self.band_size + n_free):
+            raise ValueError("scatter positions out of range")
+        arr = np.asarray(elem_ext)
+        if arr.min() < 0 or arr.max() >= self.n_ext:
+            raise ValueError("element indices out of range")
+        self.elem_ext = elem_ext
+        self.elem_stiffness = elem_stiffness
+        self.scatter_ptr = scatter_ptr
+        self.scatter_pos = scatter_pos
+        self.scatter_val = scatter_val
+        self.load = load
+        self.boundary = boundary
+        self.work = np.zeros(self.band_size + self.n_ext)
+        if boundary.shape[0]:
+            memcpy(&self.work[self.band_size + n_free], &boundary[0],
+                   boundary.shape[0] * sizeof(double))
+
+    def _arguments(self):
+        return (np.asarray(self.elem_ext), np.asarray(self.elem_stiffness),
+                np.asarray(self.scatter_ptr), np.asarray(self.scatter_pos),
+                np.asarray(self.scatter_val), np.asarray(self.load), np.asarray(self.boundary),
+                self.n_free, self.kd, self.lower)
+
+    def spawn(self):
+        """A copy with its own scratch (the mesh arrays are shared, read-only)."""
+        return BandSystem(self.elem_ext, self.elem_stiffness, self.scatter_ptr, self.scatter_pos,
+                          self.scatter_val, self.load, self.boundary, self.n_free, self.kd,
+                          self.lower)
+
+    def __reduce__(self):
+        return (BandSystem, self._arguments())
+
+    # ---------------------------------------------------------------------------------------
+    # C level
+
+    cdef inline double* solution(self) noexcept nogil:
+        """The extended solution vector (unknowns, then Dirichlet values)."""
+        return &self.work[self.band_size]
+
+    cdef void assemble(self, const double* kappa, const double* scatter_val,
+                       const double* load) noexcept nogil:
+        """Band matrix and right-hand side for one kappa per element, into ``work``."""
+        cdef double* w = &self.work[0]
+        cdef const Py_ssize_t* ptr = &self.scatter_ptr[0]
+        cdef const Py_ssize_t* pos = &self.scatter_pos[0]
+        cdef Py_ssize_t e, p
+        cdef double k
+        memset(w, 0, self.band_size * sizeof(double))
+        memcpy(w + self.band_size, load, self.n_free * sizeof(double))
+        for e in range(self.n_elements):
+            k = kappa[e]
+            for p in range(ptr[e], ptr[e + 1]):
+                w[pos[p]] += k * scatter_val[p]
+
+    cdef int factor(self, const double* kappa) noexcept nogil:
+        """Assemble for ``kappa`` and factor; returns LAPACK's info (> 0: not positive definite).
+        The right-hand side is left in ``solution()`` for ``solve_in_place``."""
+        self.assemble(kappa, &self.scatter_val[0], &self.load[0])
+        return _pbtrf(Lower if self.lower else Upper, <int> self.n_free, self.kd,
+                      &self.work[0], self.ldab)
+
+    cdef int solve_in_place(self, double* b, int nrhs, int ldb) noexcept nogil:
+        """A X = B with the current factor, B column-major (ldb, nrhs) overwritten by X."""
+        return _pbtrs(Lower if self.lower else Upper, <int> self.n_free, self.kd, nrhs,
+                      &self.work[0], self.ldab, b, ldb)
+
+    cdef void element_products(self, const double* kappa, const double* left, const double* right,
+                               double* out) noexcept nogil:
+        """out[e] = kappa[e] * left_e^T S_e right_e over the extended vectors left, right."""
+        cdef const Py_ssize_t* ext = &self.elem_ext[0]
+        cdef const double* S = &self.elem_stiffness[0]
+        cdef Py_ssize_t e, a, b, m = self.n_local
+        cdef double total, row
+        if m == 3:
+            for e in range(self.n_elements):
+                out[e] = kappa[e] * _product3(S + 9 * e, ext + 3 * e, left, right)
+            return
+        if m == 4:
+            for e in range(self.n_elements):
+                out[e] = kappa[e] * _product4(S + 16 * e, ext + 4 * e, left, right)
+            return
+        for e in range(self.n_elements):
+            total = 0.0
+            for a in range(m):
+                row = 0.0
+                for b in range(m):
+                    row = row + S[(e * m + a) * m + b] * right[ext[e * m + b]]
+                total = total + left[ext[e * m + a]] * row
+            out[e] = kappa[e] * total
+
+    # ---------------------------------------------------------------------------------------
+    # Python entry points (used by rnshmc.fem and the tests; inputs validated there)
+
+    def solve(self, const double[::1] kappa, const double[::1] scatter_val=None,
+              const double[::1] load=None, const double[::1] boundary=None):
+        """(info, extended solution) for one kappa per element.
+
+        ``scatter_val``, ``load`` and ``boundary`` replace the stored values for this call
+        (other source terms or Dirichlet values); info > 0 means not positive definite.
+        """
+        self._check_kappa(kappa)
+        cdef const double* sv = &self.scatter_val[0] if scatter_val is None else &scatter_val[0]
+        cdef const double* ld = &self.load[0] if load is None else &load[0]
+        cdef Py_ssize_t n_dir = self.n_ext - self.n_free
+        cdef int info
+        if scatter_val is not None and scatter_val.shape[0] != self.scatter_val.shape[0]:
+            raise ValueError("scatter_val has the wrong length")
+        if load is not None and load.shape[0] != self.n_free:
+            raise ValueError("load has the wrong length")
+        if boundary is not None and boundary.shape[0] != n_dir:
+            raise ValueError("boundary has the wrong length")
+        out = np.empty(self.n_ext)
+        with nogil:
+            self.assemble(&kappa[0], sv, ld)
+            info = _pbtrf(Lower if self.lower else Upper, <int> self.n_free, self.kd,
+                          &self.work[0], self.ldab)
+            if info == 0:
+                self.solve_in_place(self.solution(), 1, <int> self.n_free)
+        out[:self.n_free] = np.asarray(self.work[self.band_size:self.band_size + self.n_free])
+        out[self.n_free:] = np.asarray(self.boundary if boundary is None else boundary)
+        return info, out
+
+    def assembled(self, const double[::1] kappa, const double[::1] scatter_val=None,
+                  const double[::1] load=None):
+        """(band array (ldab, n_free) in Fortran order, right-hand side) before factoring."""
+        self._check_kappa(kappa)
+        cdef const double* sv = &self.scatter_val[0] if scatter_val is None else &scatter_val[0]
+        cdef const double* ld = &self.load[0] if load is None else &load[0]
+        with nogil:
+            self.assemble(&kappa[0], sv, ld)
+        band = np.asarray(self.work[:self.band_size]).reshape(self.n_free, self.ldab).T.copy(order="F")
+        rhs = np.asarray(self.work[self.band_size:self.band_size + self.n_free]).copy()
+        return band, rhs
+
+    def element_contraction(self, const double[::1] kappa, const double[::1] left,
+                            const double[::1] right):
+        """kappa[e] * left_e^T S_e right_e per element (extended vectors)."""
+        self._check_kappa(kappa)
+        if left.shape[0] != self.n_ext or right.shape[0] != self.n_ext:
+            raise ValueError("left and right must be extended vectors")
+        out = np.empty(self.n_elements)
+        cdef double[::1] o = out
+        with nogil:
+            self.element_products(&kappa[0], &left[0], &right[0], &o[0])
+        return out
+
+    def _check_kappa(self, const double[::1] kappa):
+        if kappa.shape[0] != self.n_elements:
+            raise ValueError(f"kappa must have {self.n_elements} entries, got {kappa.shape[0]}")
+
+
+cdef inline double _product3(const double* S, const Py_ssize_t* ext, const double* left,
+                             const double* right) noexcept nogil:
+    cdef double r0 = right[ext[0]], r1 = right[ext[1]], r2 = right[ext[2]]
+    return (left[ext[0]] * (S[0] * r0 + S[1] * r1 + S[2] * r2)
+            + left[ext[1]] * (S[3] * r0 + S[4] * r1 + S[5] * r2)
+            + left[ext[2]] * (S[6] * r0 + S[7] * r1 + S[8] * r2))
+
+
+cdef inline double _product4(const double* S, const Py_ssize_t* ext, const double* left,
+                             const double* right) noexcept nogil:
+    cdef double r0 = right[ext[0]], r1 = right[ext[1]], r2 = right[ext[2]], r3 = right[ext[3]]
+    return (left[ext[0]] * (S[0] * r0 + S[1] * r1 + S[2] * r2 + S[3] * r3)
+            + left[ext[1]] * (S[4] * r0 + S[5] * r1 + S[6] * r2 + S[7] * r3)
+            + left[ext[2]] * (S[8] * r0 + S[9] * r1 + S[10] * r2 + S[11] * r3)
+            + left[ext[3]] * (S[12] * r0 + S[13] * r1 + S[14] * r2 + S[15] * r3))
+
+
+cdef class EllipticPDETarget(CTarget):
+    """C kernel of ``rnshmc.models.EllipticPDE`` (inputs validated there).
+
+    Parameters
+    ----------
+    system : BandSystem
+    basis_t : ndarray, shape (dim, n_elements)
+        Transposed coefficient basis: log kappa = basis_t.T @ theta.
+    obs_ptr, obs_ext, obs_weight : ndarrays
+        Observation k is sum(obs_weight[p] * u_ext[obs_ext[p]]) over p in
+        [obs_ptr[k], obs_ptr[k + 1]).
+    observations : ndarray, shape (n_obs,)
+    noise_sd, prior_sd : float
+    """
+    cdef readonly BandSystem system
+    cdef const double[:, ::1] basis_t
+    cdef const Py_ssize_t[::1] obs_ptr
+    cdef const Py_ssize_t[::1] obs_ext
+    cdef const double[::1] obs_weight
+    cdef const double[::1] observations
+    cdef readonly double noise_sd, prior_sd
+    cdef double noise_precision, prior_precision
+    cdef readonly Py_ssize_t n_obs
+    cdef double[::1] kappa         # log kappa, then kappa, per element
+    cdef double[::1] element_grad  # dU/dlog kappa per element
+    cdef double[::1] residual      # u_obs - y
+    cdef double[::1] adjoint       # extended adjoint vector
+
+    def __init__(self, BandSystem system, const double[:, ::1] basis_t,
+                 const Py_ssize_t[::1] obs_ptr, const Py_ssize_t[::1] obs_ext,
+                 const double[::1] obs_weight, const double[::1] observations, double noise_sd,
+                 double prior_sd):
+        super().__init__(basis_t.shape[0])
+        if basis_t.shape[1] != system.n_elements:
+            raise ValueError("the basis must have one column per element")
+        if obs_ptr.shape[0] != observations.shape[0] + 1 or obs_ext.shape[0] != obs_weight.shape[0] \
+                or obs_ptr[obs_ptr.shape[0] - 1] != obs_ext.shape[0]:
+            raise ValueError("the observation operator does not match the observations")
+        if obs_ext.shape[0] and (np.min(obs_ext) < 0 or np.max(obs_ext) >= system.n_ext):
+            raise ValueError("observation indices out of range")
+        if not (noise_sd > 0 and prior_sd > 0):
+            raise ValueError("noise_sd and prior_sd must be positive")
+        self.system = system
+        self.basis_t = basis_t
+        self.obs_ptr = obs_ptr
+        self.obs_ext = obs_ext
+        self.obs_weight = obs_weight
+        self.observations = observations
+        self.n_obs = observations.shape[0]
+        self.noise_sd = noise_sd
+        self.prior_sd = prior_sd
+        self.noise_precision = 1.0 / (noise_sd * noise_sd)
+        self.prior_precision = 1.0 / (prior_sd * prior_sd)
+        self.kappa = np.empty(system.n_elements)
+        self.element_grad = np.empty(system.n_elements)
+        self.residual = np.empty(max(self.n_obs, 1))
+        self.adjoint = np.zeros(system.n_ext)
+
+    def _arguments(self):
+        return (np.asarray(self.basis_t), np.asarray(self.obs_ptr), np.asarray(self.obs_ext),
+                np.asarray(self.obs_weight), np.asarray(self.observations), self.noise_sd,
+                self.prior_sd)
+
+    def spawn(self):
+        """An independent copy (own scratch, shared read-only arrays) for another thread."""
+        return EllipticPDETarget(self.system.spawn(), self.basis_t, self.obs_ptr, self.obs_ext,
+                                 self.obs_weight, self.observations, self.noise_sd, self.prior_sd)
+
+    def __reduce__(self):
+        return (EllipticPDETarget, (self.system,) + self._arguments())
+
+    # ---------------------------------------------------------------------------------------
+    # C level: no Python objects and no allocation
+
+    cdef bint set_coefficient(self, const double* q) noexcept nogil:
+        """kappa = exp(basis_t.T q) per element; False if some kappa is not finite and > 0."""
+        cdef Py_ssize_t i, e, n = self.system.n_elements
+        cdef double* k = &self.kappa[0]
+        cdef bint ok = True
+        memset(k, 0, n * sizeof(double))
+        for i in range(self.dim):
+            # level-1 BLAS (single-threaded at this size, SIMD kernels chosen at run time)
+            _axpy(<int> n, q[i], &self.basis_t[i, 0], 1, k, 1)
+        for e in range(n):
+            k[e] = exp(k[e])
+        for e in range(n):
+            # also catches NaN (the comparisons are false) and underflow to 0
+            if not (k[e] > 0.0 and k[e] <= DBL_MAX):
+                ok = False
+        return ok
+
+    cdef bint solve_forward(self, const double* q) noexcept nogil:
+        """Coefficient, assembly, factor, forward solve; False if any of them fails."""
+        if not self.set_coefficient(q):
+            return False
+        if self.system.factor(&self.kappa[0]) != 0:
+            return False
+        self.system.solve_in_place(self.system.solution(), 1, <int> self.system.n_free)
+        return True
+
+    cdef double misfit(self) noexcept nogil:
+        """residual = u_obs - y; returns |residual|^2 / (2 s_y^2)."""
+        cdef const double* u = self.system.solution()
+        cdef Py_ssize_t k, p
+        cdef double value, total = 0.0
+        for k in range(self.n_obs):
+            value = 0.0
+            for p in range(self.obs_ptr[k], self.obs_ptr[k + 1]):
+                value = value + self.obs_weight[p] * u[self.obs_ext[p]]
+            value = value - self.observations[k]
+            self.residual[k] = value
+            total = total + value * value
+        return 0.5 * self.noise_precision * total
+
+    cdef double prior(self, const double* q) noexcept nogil:
+        cdef Py_ssize_t i
+        cdef double total = 0.0
+        for i in range(self.dim):
+            total = total + q[i] * q[i]
+        return 0.5 * self.prior_precision * total
+
+    cdef int potential(self, const double* q, double* U) except -1 nogil:
+        if not self.solve_forward(q):
+            U[0] = INFINITY
+            return 0
+        U[0] = self.misfit() + self.prior(q)
+        return 0
+
+    cdef int potential_and_gradient(self, const double* q, double* U, double* grad) except -1 nogil:
+        cdef Py_ssize_t i, e, k, p
+        cdef Py_ssize_t n = self.system.n_elements, n_free = self.system.n_free
+        cdef double* lam = &self.adjoint[0]
+        cdef double* w = &self.element_grad[0]
+        cdef double r
+        if not self.solve_forward(q):
+            U[0] = INFINITY
+            for i in range(self.dim):
+                grad[i] = NAN
+            return 0
+        U[0] = self.misfit() + self.prior(q)
+        # adjoint: A lam = dU/du = O^T residual / s_y^2 over the unknowns
+        memset(lam, 0, self.system.n_ext * sizeof(double))
+        for k in range(self.n_obs):
+            r = self.noise_precision * self.residual[k]
+            for p in range(self.obs_ptr[k], self.obs_ptr[k + 1]):
+                lam[self.obs_ext[p]] += self.obs_weight[p] * r
+        memset(lam + n_free, 0, (self.system.n_ext - n_free) * sizeof(double))
+        self.system.solve_in_place(lam, 1, <int> n_free)
+        # dU/dkappa_e = -lam^T (S_e u)  =>  dU/dlog kappa_e = -kappa_e lam_e^T S_e u_e
+        self.system.element_products(&self.kappa[0], lam, self.system.solution(), w)
+        for i in range(self.dim):
+            grad[i] = self.prior_precision * q[i] - _dot(<int> n, &self.basis_t[i, 0], 1, w, 1)
+        return 0
+
+    # ---------------------------------------------------------------------------------------
+    # Python entry points (validated by rnshmc.models.EllipticPDE)
+
+    def solution(self, q):
+        """(ok, extended solution, u at the observations) at ``q``."""
+        cdef double[::1] qv = self._checked_point(q)
+        cdef bint ok
+        cdef Py_ssize_t k, p
+        with nogil:
+            ok = self.solve_forward(&qv[0])
+        u = np.asarray(self.system.work[self.system.band_size:]).copy()
+        u_obs = np.zeros(self.n_obs)
+        cdef double[::1] uv = u
+        cdef double[::1] ov = u_obs
+        if ok:
+            for k in range(self.n_obs):
+                for p in range(self.obs_ptr[k], self.obs_ptr[k + 1]):
+                    ov[k] += self.obs_weight[p] * uv[self.obs_ext[p]]
+        return ok, u, u_obs
+
+    def jacobian(self, q):
+        """(ok, d u_obs / d theta) at ``q``: one factor, ``dim`` sensitivity solves (nrhs=dim)."""
+        cdef double[::1] qv = self._checked_point(q)
+        cdef Py_ssize_t d = self.dim, n = self.system.n_elements, m = self.system.n_local
+        cdef Py_ssize_t n_free = self.system.n_free, n_ext = self.system.n_ext
+        cdef Py_ssize_t e, a, b, i, k, p, ea
+        cdef bint ok
+        cdef double va
+        cdef const Py_ssize_t* ext = &self.system.elem_ext[0]
+        cdef const double* S = &self.system.elem_stiffness[0]
+        cdef double* u
+        sens = np.zeros((d, n_ext))   # column-major (n_ext, d): one right-hand side per mode
+        J = np.zeros((self.n_obs, d))
+        cdef double[:, ::1] F = sens
+        cdef double[:, ::1] Jv = J
+        with nogil:
+            ok = self.solve_forward(&qv[0])
+            if ok:
+                u = self.system.solution()
+                # right-hand side of mode i: -sum_e kappa_e basis[e, i] (S_e u_e) over unknowns
+                for e in range(n):
+                    for a in range(m):
+                        ea = ext[e * m + a]
+                        if ea >= n_free:
+                            continue
+                        va = 0.0
+                        for b in range(m):
+                            va = va + S[(e * m + a) * m + b] * u[ext[e * m + b]]
+                        va = va * self.kappa[e]
+                        for i in range(d):
+                            F[i, ea] -= va * self.basis_t[i, e]
+                self.system.solve_in_place(&F[0, 0], <int> d, <int> n_ext)
+                for k in range(self.n_obs):
+                    for p in range(self.obs_ptr[k], self.obs_ptr[k + 1]):
+                        ea = self.obs_ext[p]
+                        if ea < n_free:
+                            for i in range(d):
+                                Jv[k, i] += self.obs_weight[p] * F[i, ea]
+        return ok, J

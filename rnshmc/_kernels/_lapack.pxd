@@ -1,0 +1,10 @@
+# LAPACK for the kernels, wrapped once (the only cimport of scipy.linalg.cython_lapack).
+# Band matrices are inherently column-major (LAPACK band storage), so these wrappers take no
+# storage-order flag: ``ab`` is the (ldab, n) column-major band array, ``b`` is (ldb, nrhs)
+# column-major (nrhs right-hand sides, each contiguous). All return LAPACK's ``info``.
+
+from ._blas cimport BLAS_Uplo
+
+cdef int _pbtrf(BLAS_Uplo uplo, int n, int kd, double* ab, int ldab) noexcept nogil
+cdef int _pbtrs(BLAS_Uplo uplo, int n, int kd, int nrhs, const double* ab, int ldab, double* b,
+                int ldb) noexcept nogil

@@ -1,0 +1,384 @@
+"""The elliptic PDE inverse problem of the papers, evaluated in C."""
+import numpy as np
+import scipy.linalg
+
+from .._kernels._fem import EllipticPDETarget
+from ..fem import EllipticSolver
+
+__all__ = ["EllipticPDE", "kl_basis", "observation_grid"]
+
+
+def kl_basis(centres, n_modes=20, length_scale=0.2, variance=1.0):
+    """Truncated Karhunen-Loeve basis of a squared-exponential Gaussian field, as the authors.
+
+    The covariance matrix C[e, f] = variance * exp(-|c_e - c_f|^2 / (2 length_scale^2)) of the
+    element centres is diagonalised directly (no quadrature weights); the basis vectors are
+    its unit-norm eigenvectors times the square roots of its eigenvalues, largest first, so
+    that log kappa = basis @ theta has covariance ~C when theta ~ N(0, I).
+
+    Parameters
+    ----------
+    centres : array_like of shape (n_elements, 2)
+    n_modes : int
+    length_scale, variance : float
+
+    Returns
+    -------
+    ndarray of shape (n_elements, n_modes)
+        Column i is sqrt(lambda_i) phi_i. Sign convention: the entry of largest magnitude of
+        each phi_i is positive (ties: the first one).
+    """
+    centres = np.asarray(centres, dtype=np.float64)
+    n = centres.shape[0]
+    if isinstance(n_modes, bool) or not isinstance(n_modes, (int, np.integer)) or not 1 <= n_modes <= n:
+        raise ValueError(f"n_modes must be an integer in [1, {n}], got {n_modes!r}")
+    for name, value in (("length_scale", length_scale), ("variance", variance)):
+        if not (np.isfinite(value) and value > 0):
+            raise ValueError(f"{name} must be positive and finite, got {value!r}")
+    sq = np.sum((centres[:, None, :] - centres[None, :, :]) ** 2, axis=-1)
+    cov = variance * np.exp(-sq / (2.0 * length_scale ** 2))
+    values, vectors = scipy.linalg.eigh(cov, subset_by_index=[n - n_modes, n - 1])
+    values, vectors = values[::-1], vectors[:, ::-1]
+    if values[-1] <= 0:
+        raise ValueError(f"only {np.sum(values > 0)} KL eigenvalues are positive at this "
+                         f"resolution: use fewer than {n_modes} modes")
+    largest = np.argmax(np.abs(vectors), axis=0)
+    vectors = vectors * np.sign(vectors[largest, np.arange(n_modes)])
+    return np.ascontiguousarray(vectors * np.sqrt(values))
+
+
+def observation_grid(size=11):
+    """The size x size grid {0, 1/(size-1), ..., 1}^2, point k at (x_(k // size), x_(k % size)).
+
+    This is the authors' order (x1-major).
+
+    Returns
+    -------
+    ndarray of shape (size**2, 2)
+    """
+    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 2:
+        raise ValueError(f"obs_grid must be an integer >= 2, got {size!r}")
+    x = np.linspace(0.0, 1.0, size)
+    i, j = np.meshgrid(np.arange(size), np.arange(size), indexing="ij")
+    return np.column_stack([x[i.ravel()], x[j.ravel()]])
+
+
+class EllipticPDE:
+    """Posterior of the KL coefficients of an elliptic PDE's log-coefficient (the papers' problem).
+
+    -div(kappa grad u) = 0 on the unit square with u = x1 on x2 = 0, u = 1 - x1 on x2 = 1 and
+    zero flux on x1 = 0, 1; kappa is constant per element with
+    log kappa = basis @ theta (a truncated Karhunen-Loeve expansion of a squared-exponential
+    Gaussian field); u is observed with Gaussian noise, and theta has an isotropic Gaussian
+    prior:
+
+        U(theta) = |y - u_obs(theta)|^2 / (2 noise_sd^2) + |theta|^2 / (2 prior_sd^2).
+
+    The constructor builds a synthetic problem: the structured mesh, the KL basis at the
+    element centres, and data simulated from a ``true_theta`` drawn from the prior.
+    :meth:`from_mat` reads the authors' problem instead, :meth:`from_solver` any other.
+
+    Parameters
+    ----------
+    n : int
+        Squares per side of the structured mesh.
+    element : {"Q1", "P1"}
+        Bilinear squares (the paper's text) or two linear triangles per square (the authors'
+        code).
+    n_modes : int
+        Number of KL modes, the dimension of theta.
+    length_scale, variance : float
+        Of the squared-exponential covariance of log kappa.
+    prior_sd : float
+        Standard deviation of each theta_i.
+    noise_sd : float
+        Standard deviation of the observation noise.
+    obs_grid : int
+        u is observed at the obs_grid x obs_grid grid of points {0, ..., 1}^2 (see
+        :func:`observation_grid`); off-node points are interpolated with the basis functions.
+    rng : None, int, SeedSequence or Generator
+        Draws ``true_theta`` and the noise.
+
+    Attributes
+    ----------
+    solver : rnshmc.fem.EllipticSolver
+    basis : ndarray of shape (n_elements, dim)
+        log kappa = basis @ theta.
+    observation_points : ndarray of shape (n_obs, 2)
+    observations : ndarray of shape (n_obs,)
+    true_theta : ndarray of shape (dim,) or None
+        The parameter the synthetic data were simulated from (None for :meth:`from_mat`).
+    noise_sd, prior_sd : float
+
+    Notes
+    -----
+    Each evaluation runs in C: log kappa, assembly into LAPACK band storage, the banded
+    Cholesky factorisation and one solve; the gradient adds one adjoint solve with the same
+    factor and a contraction over the elements. Where kappa overflows or the matrix is not
+    positive definite the potential is +inf (a divergence for the samplers).
+
+    Examples
+    --------
+    >>> import rnshmc
+    >>> model = rnshmc.models.EllipticPDE(n=10, element="P1", n_modes=5, rng=0)
+    >>> model.dim
+    5
+    """
+
+    def __init__(self, n=30, element="Q1", n_modes=20, length_scale=0.2, variance=1.0,
+                 prior_sd=0.5, noise_sd=0.1, obs_grid=11, rng=None):
+        solver = EllipticSolver(n, element)
+        basis = kl_basis(solver.element_centres, n_modes, length_scale, variance)
+        points = observation_grid(obs_grid)
+        _check_sd(prior_sd, "prior_sd")
+        _check_sd(noise_sd, "noise_sd")
+        generator = np.random.default_rng(rng)
+        true_theta = prior_sd * generator.standard_normal(n_modes)
+        noiseless = EllipticPDE.from_solver(solver, basis, np.zeros(len(points)), points,
+                                            noise_sd, prior_sd)
+        u_obs = noiseless.forward(true_theta)
+        observations = u_obs + noise_sd * generator.standard_normal(u_obs.size)
+        self._setup(solver, basis, observations, points, noise_sd, prior_sd)
+        self.true_theta = true_theta
+        self.settings = dict(n=n, element=element, n_modes=n_modes, length_scale=length_scale,
+                             variance=variance, prior_sd=prior_sd, noise_sd=noise_sd,
+                             obs_grid=obs_grid)
+
+    @classmethod
+    def from_solver(cls, solver, basis, observations, observation_points, noise_sd=0.1,
+                    prior_sd=0.5):
+        """A model on any mesh, coefficient basis and observations.
+
+        Parameters
+        ----------
+        solver : rnshmc.fem.EllipticSolver
+        basis : array_like of shape (solver.n_elements, dim)
+            log kappa = basis @ theta.
+        observations : array_like of shape (n_obs,)
+        observation_points : array_like of shape (n_obs, 2)
+            Where u is observed (nodal values at nodes, basis-function interpolation elsewhere).
+        noise_sd, prior_sd : float
+
+        Returns
+        -------
+        EllipticPDE
+        """
+        if not isinstance(solver, EllipticSolver):
+            raise TypeError(f"solver must be an rnshmc.fem.EllipticSolver, got {type(solver).__name__}")
+        self = cls.__new__(cls)
+        self._setup(solver, basis, observations, observation_points, noise_sd, prior_sd)
+        self.true_theta = None
+        self.settings = None
+        return self
+
+    @classmethod
+    def from_mat(cls, path):
+        """The authors' problem from their ``ePDE.mat`` (mesh, KL basis, data, noise, prior).
+
+        Parameters
+        ----------
+        path : str or path-like
+            The file ``ellipticPDE/Data/ePDE.mat`` of the authors' code (not shipped with
+            rnshmc): ``PDE.node`` (961 x 2), ``PDE.elem`` (1800 x 3, 1-based), ``PDE.bdNode``
+            (62 Dirichlet nodes, 1-based), ``PDE.evc_KL`` (1800 x 20 unit-norm KL vectors at
+            the triangle centroids), ``PDE.rtev_KL`` (square roots of the KL eigenvalues),
+            ``y`` (121 observations), ``sigmay``, ``sigmatheta``.
+
+        Returns
+        -------
+        EllipticPDE
+            Observation k is the value of u at (floor(k / 11) / 10, (k mod 11) / 10), as in the
+            authors' code; log kappa = evc_KL @ (rtev_KL * theta) per triangle.
+        """
+        import scipy.io
+        contents = scipy.io.loadmat(path, squeeze_me=True, struct_as_record=False)
+        try:
+            pde = contents["PDE"]
+            nodes, elements, dirichlet = pde.node, pde.elem, pde.bdNode
+            vectors, root_values = np.atleast_2d(pde.evc_KL), np.atleast_1d(pde.rtev_KL)
+            y = np.atleast_1d(contents["y"]).astype(np.float64)
+            noise_sd, prior_sd = float(contents["sigmay"]), float(contents["sigmatheta"])
+        except (KeyError, AttributeError) as error:
+            raise ValueError(f"{path} is not the authors' ePDE.mat: missing {error}") from None
+        solver = EllipticSolver.from_mesh(nodes, np.asarray(elements, np.int64) - 1,
+                                          np.asarray(dirichlet, np.int64) - 1)
+        if vectors.shape[1] != root_values.size:
+            raise ValueError("PDE.evc_KL and PDE.rtev_KL have different numbers of modes")
+        size = int(round(np.sqrt(y.size)))
+        if size * size != y.size:
+            raise ValueError(f"expected a square grid of observations, got {y.size}")
+        points = observation_grid(size)
+        return cls.from_solver(solver, vectors * root_values, y, points, noise_sd, prior_sd)
+
+    def _setup(self, solver, basis, observations, points, noise_sd, prior_sd):
+        basis = np.array(basis, dtype=np.float64)
+        if basis.ndim != 2 or basis.shape[0] != solver.n_elements or basis.shape[1] < 1:
+            raise ValueError(f"basis must have shape ({solver.n_elements}, dim), got {basis.shape}")
+        if not np.all(np.isfinite(basis)):
+            raise ValueError("basis contains non-finite values")
+        observations = np.array(observations, dtype=np.float64).ravel()
+        points = np.array(points, dtype=np.float64)
+        if points.shape != (observations.size, 2):
+            raise ValueError(f"observation_points must have shape ({observations.size}, 2) to "
+                             f"match the observations, got {points.shape}")
+        if not np.all(np.isfinite(observations)):
+            raise ValueError("observations contain non-finite values")
+        _check_sd(noise_sd, "noise_sd")
+        _check_sd(prior_sd, "prior_sd")
+        operator = solver.interpolation_matrix(points)
+        self.solver = solver
+        self.basis = basis
+        self.observations = observations
+        self.observation_points = points
+        self.noise_sd = float(noise_sd)
+        self.prior_sd = float(prior_sd)
+        self._ctarget = EllipticPDETarget(
+            solver._system.spawn(), np.ascontiguousarray(basis.T), operator.indptr.astype(np.intp),
+            solver._ext[operator.indices].astype(np.intp), operator.data.astype(np.float64),
+            observations, self.noise_sd, self.prior_sd)
+
+    # ---------------------------------------------------------------------------------------
+
+    @property
+    def dim(self):
+        """Number of KL modes."""
+        return self.basis.shape[1]
+
+    def _check(self, q):
+        q = np.ascontiguousarray(q, dtype=np.float64)
+        if q.shape != (self.dim,):
+            raise ValueError(f"q must have shape ({self.dim},), got {q.shape}")
+        if not np.all(np.isfinite(q)):
+            raise ValueError("q contains non-finite values")
+        return q
+
+    def potential(self, q):
+        """U(q) = -log posterior density (up to a constant); +inf where the solve fails.
+
+        Parameters
+        ----------
+        q : array_like of shape (dim,)
+
+        Returns
+        -------
+        float
+        """
+        return self._ctarget.eval_potential(self._check(q))
+
+    def potential_and_gradient(self, q):
+        """(U(q), grad U(q)), the gradient by one adjoint solve.
+
+        Parameters
+        ----------
+        q : array_like of shape (dim,)
+
+        Returns
+        -------
+        (float, ndarray of shape (dim,))
+        """
+        return self._ctarget.eval_potential_and_gradient(self._check(q))
+
+    def log_density(self, q):
+        """Log posterior density at ``q`` (up to a constant)."""
+        return -self.potential(q)
+
+    def log_density_gradient(self, q):
+        """(log density, its gradient) at ``q``."""
+        U, grad = self.potential_and_gradient(q)
+        return -U, -grad
+
+    def log_coefficient(self, q):
+        """log kappa on each element, ``basis @ q``.
+
+        Parameters
+        ----------
+        q : array_like of shape (dim,)
+
+        Returns
+        -------
+        ndarray of shape (n_elements,)
+        """
+        return self.basis @ self._check(q)
+
+    def _solution(self, q):
+        ok, u_ext, u_obs = self._ctarget.solution(self._check(q))
+        if not ok:
+            raise FloatingPointError("kappa overflows or the stiffness matrix is not positive "
+                                     "definite at this q")
+        return u_ext, u_obs
+
+    def forward(self, q):
+        """u at the observation points (the forward map).
+
+        Parameters
+        ----------
+        q : array_like of shape (dim,)
+
+        Returns
+        -------
+        ndarray of shape (n_obs,)
+
+        Raises
+        ------
+        FloatingPointError
+            Where kappa overflows or the matrix is not positive definite.
+        """
+        return self._solution(q)[1]
+
+    def solve(self, q):
+        """Nodal values of u at ``q``: ndarray of shape (solver.n_nodes,)."""
+        return self._solution(q)[0][self.solver._ext]
+
+    def jacobian(self, q):
+        """d u_obs / d theta by sensitivity solves that share one factorisation.
+
+        Parameters
+        ----------
+        q : array_like of shape (dim,)
+
+        Returns
+        -------
+        ndarray of shape (n_obs, dim)
+        """
+        ok, J = self._ctarget.jacobian(self._check(q))
+        if not ok:
+            raise FloatingPointError("kappa overflows or the stiffness matrix is not positive "
+                                     "definite at this q")
+        return J
+
+    def gauss_newton_metric(self, q):
+        """J^T J / noise_sd^2 + I / prior_sd^2 (the Fisher metric of the likelihood plus the
+        prior precision).
+
+        Parameters
+        ----------
+        q : array_like of shape (dim,)
+
+        Returns
+        -------
+        ndarray of shape (dim, dim)
+        """
+        J = self.jacobian(q)
+        G = J.T @ J / self.noise_sd ** 2
+        G[np.diag_indices_from(G)] += 1.0 / self.prior_sd ** 2
+        return G
+
+    def __reduce__(self):
+        return (_rebuild, (self.solver, self.basis, self.observations, self.observation_points,
+                           self.noise_sd, self.prior_sd, self.true_theta, self.settings))
+
+    def __repr__(self):
+        return (f"EllipticPDE(dim={self.dim}, solver={self.solver!r}, n_obs={self.observations.size}, "
+                f"noise_sd={self.noise_sd}, prior_sd={self.prior_sd})")
+
+
+def _rebuild(solver, basis, observations, points, noise_sd, prior_sd, true_theta, settings):
+    model = EllipticPDE.from_solver(solver, basis, observations, points, noise_sd, prior_sd)
+    model.true_theta = true_theta
+    model.settings = settings
+    return model
+
+
+def _check_sd(value, name):
+    if isinstance(value, bool) or not (np.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be positive and finite, got {value!r}")
