@@ -155,14 +155,14 @@ def stacked_solution(sur, Q, t, G, gradient_weight):
         rows.append(a[None, :])
         targets.append([tj - shift])
     if G is not None:
-        L = sur.input_factor_
+        # misfits |L^T (grad z - g)| with L L^T the training inputs' covariance
+        L = np.linalg.cholesky(np.cov(Q, rowvar=False))
         for q, g in zip(Q, G):
-            x, pre, dpre, _ = reference_parts(sur, q)
+            x, pre, dpre, dx_dq = reference_parts(sur, q)
             _, a1, _ = reference_activation(sur.activation, pre)
-            D = (dpre * a1[:, None]).T  # d z / d x = D v
-            gx = g if L is None else L.T @ g
-            rows.append(np.sqrt(gradient_weight) * D)
-            targets.append(np.sqrt(gradient_weight) * gx)
+            D = dx_dq.T @ (dpre * a1[:, None]).T  # d z / d q = D v
+            rows.append(np.sqrt(gradient_weight) * L.T @ D)
+            targets.append(np.sqrt(gradient_weight) * L.T @ g)
     rows.append(np.sqrt(sur.ridge) * np.eye(sur.n_hidden))
     targets.append(np.zeros(sur.n_hidden))
     A, b = np.vstack(rows), np.concatenate(targets)
