@@ -126,8 +126,9 @@ class RandomNetworkSurrogate:
         gradient misfit is measured along the posterior's own scales (a gradient error times a
         typical displacement is an error in potential differences), which makes
         ``gradient_weight`` dimensionless.
-        When the normal matrix is numerically singular (ridge 0 with repeated points, say),
-        a rank-revealing least-squares solve is used instead, with a warning.
+        When the normal matrix is not numerically positive definite (Cholesky fails), or is
+        numerically singular with ``ridge=0`` (repeated points, say), a rank-revealing
+        least-squares solve is used instead, with a warning.
 
         Parameters
         ----------
@@ -267,7 +268,10 @@ class RandomNetworkSurrogate:
                                              check_finite=False)
             anorm = np.abs(np.triu(normal) + np.triu(normal, 1).T).sum(axis=0).max()
             rcond, info = scipy.linalg.lapack.dpocon(factor[0], anorm, uplo="U")
-            if info == 0 and rcond > np.finfo(float).eps:
+            # With a ridge the Cholesky solve is the regularised solution the user asked for,
+            # however ill-conditioned (its residual, not the weights, is what matters); without
+            # one, a numerically singular matrix means the minimum-norm solution is wanted.
+            if info == 0 and (self.ridge > 0 or rcond > np.finfo(float).eps):
                 return scipy.linalg.cho_solve(factor, rhs, check_finite=False)
             reason = f"its reciprocal condition number is {rcond:.1e}"
         except np.linalg.LinAlgError:

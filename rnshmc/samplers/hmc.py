@@ -174,7 +174,8 @@ class HMC:
             ``samples`` (chains, draws, dim), ``log_density``, ``accepted``, ``accept_prob``,
             ``acceptance_rate``, ``diverging``, ``energy``, ``step_size``, ``n_steps``,
             ``inverse_mass_matrix``, ``n_density_evals``, ``n_gradient_evals`` (a gradient
-            evaluation also evaluates the density and is counted in both), ``timings``.
+            evaluation also evaluates the density and is counted in both; the ``_sampling``
+            variants count the sampling phase only), ``timings``.
         """
         draws = _positive_int(draws, "draws")
         tune = _positive_int(tune, "tune", minimum=0)
@@ -223,6 +224,7 @@ class HMC:
             step_size, inverse_mass = self._tune(kernel, generator, tune, inverse_mass, bar)
             timings["tune"] = time.perf_counter() - start
             out = _Buffers(draws, kernel.dim)
+            tuning_evals = kernel.n_density_evals, kernel.n_gradient_evals
             start = time.perf_counter()
             self._run_in_chunks(kernel, generator, draws, step_size, bar, out)
             timings["sampling"] = time.perf_counter() - start
@@ -230,7 +232,9 @@ class HMC:
             bar.close()
         return dict(out=out, step_size=step_size, inverse_mass=inverse_mass, timings=timings,
                     n_density_evals=kernel.n_density_evals,
-                    n_gradient_evals=kernel.n_gradient_evals)
+                    n_gradient_evals=kernel.n_gradient_evals,
+                    n_density_evals_sampling=kernel.n_density_evals - tuning_evals[0],
+                    n_gradient_evals_sampling=kernel.n_gradient_evals - tuning_evals[1])
 
     def _run_in_chunks(self, kernel, generator, n_iter, step_size, bar, out=None, n_steps=None):
         """``n_iter`` transitions in about 100 C calls (so the progress bar moves), written to
@@ -282,6 +286,7 @@ class HMC:
 
     def _combine(self, runs):
         stack = lambda key: np.stack([getattr(r["out"], key) for r in runs])
+        counts = lambda key: np.array([r[key] for r in runs], dtype=np.int64)
         accepted = stack("accepted").astype(bool)
         timings = {}
         for r in runs:
@@ -300,7 +305,9 @@ class HMC:
             step_size=np.array([r["step_size"] for r in runs]),
             n_steps=stack("n_steps"),
             inverse_mass_matrix=None if inverse_mass[0] is None else np.stack(inverse_mass),
-            n_density_evals=np.array([r["n_density_evals"] for r in runs], dtype=np.int64),
-            n_gradient_evals=np.array([r["n_gradient_evals"] for r in runs], dtype=np.int64),
+            n_density_evals=counts("n_density_evals"),
+            n_gradient_evals=counts("n_gradient_evals"),
+            n_density_evals_sampling=counts("n_density_evals_sampling"),
+            n_gradient_evals_sampling=counts("n_gradient_evals_sampling"),
             timings=timings,
         )

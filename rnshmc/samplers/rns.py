@@ -162,6 +162,7 @@ class RNSHMC(HMC):
                     n_gradient_evals=explorer.n_gradient_evals,
                     n_density_evals_explore=explorer.n_density_evals,
                     n_density_evals_sampling=sampler.n_density_evals,
+                    n_gradient_evals_sampling=0,
                     n_surrogate_gradient_evals=sampler.n_gradient_evals,
                     exploration_acceptance_rate=float(history.accepted[window].mean()),
                     surrogate=surrogate, chain=chain)
@@ -177,8 +178,7 @@ class RNSHMC(HMC):
     def _combine(self, runs):
         result = super()._combine(runs)
         self.surrogates_ = [r["surrogate"] for r in runs]
-        for key in ("n_density_evals_explore", "n_density_evals_sampling",
-                    "n_surrogate_gradient_evals"):
+        for key in ("n_density_evals_explore", "n_surrogate_gradient_evals"):
             result[key] = np.array([r[key] for r in runs], dtype=np.int64)
         result["exploration_acceptance_rate"] = np.array(
             [r["exploration_acceptance_rate"] for r in runs])
