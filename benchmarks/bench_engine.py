@@ -24,38 +24,8 @@ import numpy as np
 import scipy.special
 
 import rnshmc
+from _timing import ratio_line, rounds, timed  # benchmarks/ is on sys.path
 from rnshmc._kernels._hmc import HMCKernel
-
-
-def timed(function, inner):
-    """Median seconds per call over ``inner`` consecutive calls, after one untimed call (so
-    thread pools that another competitor left spinning or asleep are back in steady state)."""
-    function()
-    times = []
-    for _ in range(inner):
-        start = time.perf_counter()
-        function()
-        times.append(time.perf_counter() - start)
-    return float(np.median(times))
-
-
-def rounds(functions, repeats, inner):
-    """{name: array of per-round seconds per call}, competitors interleaved within each round."""
-    times = {name: [] for name in functions}
-    for _ in range(repeats):
-        for name, f in functions.items():
-            times[name].append(timed(f, inner))
-    return {name: np.array(t) for name, t in times.items()}
-
-
-def ratio_line(label, num, den, target=None, better="lower"):
-    per_round = num / den
-    median = np.median(num) / np.median(den)
-    verdict = ""
-    if target is not None:
-        ok = median <= target if better == "lower" else median >= target
-        verdict = f"  target {'<=' if better == 'lower' else '>='} {target}: {'met' if ok else 'MISSED'}"
-    print(f"  {label:<58s} {median:6.2f}x  (per-round {per_round.min():.2f}..{per_round.max():.2f}){verdict}")
 
 
 def main():
@@ -136,7 +106,7 @@ def main():
     q0 = np.zeros(d)
     t = rounds({
         "loop": lambda: kernel.run(generator, n_iter, 0.1, n_steps, False, *out),
-        "grad": lambda: gaussian._ctarget.time_gradient(q0, n_iter * n_steps),
+        "grad": lambda: gaussian._ctarget.time_evaluations(q0, n_iter * n_steps),
     }, args.repeats, inner=1)
     per_step = t["loop"] / (n_iter * n_steps)
     per_grad = t["grad"] / (n_iter * n_steps)

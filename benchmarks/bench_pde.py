@@ -27,38 +27,9 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spl
 
 import rnshmc
+from _timing import ratio_line, rounds, timed  # benchmarks/ is on sys.path
 from rnshmc.fem import EllipticSolver
 from rnshmc.models import EllipticPDE
-
-
-def timed(function, inner):
-    """Median seconds per call over ``inner`` consecutive calls, after one untimed call."""
-    function()
-    times = []
-    for _ in range(inner):
-        start = time.perf_counter()
-        function()
-        times.append(time.perf_counter() - start)
-    return float(np.median(times))
-
-
-def rounds(functions, repeats, inner):
-    """{name: array of per-round seconds per call}, competitors interleaved within each round."""
-    times = {name: [] for name in functions}
-    for _ in range(repeats):
-        for name, f in functions.items():
-            times[name].append(timed(f, inner))
-    return {name: np.array(t) for name, t in times.items()}
-
-
-def ratio_line(label, num, den, target=None, better="lower"):
-    per_round = num / den
-    median = np.median(num) / np.median(den)
-    verdict = ""
-    if target is not None:
-        ok = median <= target if better == "lower" else median >= target
-        verdict = f"  target {'<=' if better == 'lower' else '>='} {target}: {'met' if ok else 'MISSED'}"
-    print(f"  {label:<58s} {median:6.2f}x  (per-round {per_round.min():.2f}..{per_round.max():.2f}){verdict}")
 
 
 class ScipyForward:

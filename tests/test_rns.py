@@ -85,11 +85,13 @@ def test_phases_and_counters():
     sampler = rnshmc.RNSHMC(model, n_hidden=50, step_size=0.3, n_steps=6)
     res = sampler.sample(draws, tune=tune, chains=2, rng=0, progress=False)
     # exploration: one exact gradient (and density) per leapfrog step, plus the start
-    assert np.all(res.n_gradient_evals == res.n_density_evals_explore)
+    assert np.all(res.n_gradient_evals + 1 == res.n_density_evals_explore)
     assert np.all(res.n_gradient_evals >= tune + 1)
-    # sampling: one exact density per iteration (plus the start), surrogate gradients only
-    np.testing.assert_array_equal(res.n_density_evals_sampling, draws + 1)
-    np.testing.assert_array_equal(res.n_surrogate_gradient_evals, res.n_steps.sum(axis=1) + 1)
+    # sampling: one exact density per iteration, surrogate gradients only (the evaluations
+    # at its starting point count to the exploration)
+    np.testing.assert_array_equal(res.n_density_evals_sampling, draws)
+    np.testing.assert_array_equal(res.n_gradient_evals_sampling, 0)
+    np.testing.assert_array_equal(res.n_surrogate_gradient_evals, res.n_steps.sum(axis=1))
     np.testing.assert_array_equal(res.n_density_evals,
                                   res.n_density_evals_explore + res.n_density_evals_sampling)
     np.testing.assert_array_equal(res.n_train, tune - tune // 5)  # first 20% discarded
@@ -108,7 +110,7 @@ def test_delayed_acceptance_saves_exact_evaluations():
     model, _, _ = correlated_gaussian()
     res = rnshmc.RNSHMC(model, delayed_acceptance=True, **POOR).sample(
         3000, tune=400, chains=1, rng=0, progress=False)
-    evals = res.n_density_evals_sampling[0] - 1
+    evals = res.n_density_evals_sampling[0]
     assert res.accepted.sum() <= evals < 3000
 
 
@@ -170,3 +172,15 @@ def test_needs_a_gradient():
     target = rnshmc.Target(lambda q: -0.5 * q @ q, dim=2)
     with pytest.raises(ValueError, match="gradient"):
         rnshmc.RNSHMC(target)
+
+
+def test_automatic_trajectory_length():
+    model, _, _ = correlated_gaussian()
+    res = rnshmc.RNSHMC(model, n_hidden=60, n_steps=2, surrogate_n_steps="auto").sample(
+        300, tune=300, chains=2, rng=0, progress=False)
+    assert set(res.surrogate_n_steps) <= {2, 4, 8, 16}
+    assert np.all(res.n_steps.max(axis=1) <= res.surrogate_n_steps)
+    # pilot evaluations are not counted to the sampling phase
+    np.testing.assert_array_equal(res.n_density_evals_sampling, 300)
+    with pytest.raises(ValueError):
+        rnshmc.RNSHMC(model, surrogate_n_steps="long")

@@ -44,11 +44,11 @@ cdef class CTarget:
         """
         return self
 
-    def time_gradient(self, q, Py_ssize_t repeats, bint with_potential=True):
-        """Seconds per potential-and-gradient evaluation at ``q`` (or per gradient-only
-        evaluation if not ``with_potential``), timed over ``repeats`` calls from C (for
-        overhead benchmarks)."""
+    def time_evaluations(self, q, Py_ssize_t repeats, str what="potential_and_gradient"):
+        """Seconds per evaluation at ``q``, timed over ``repeats`` calls from C (for
+        benchmarks). ``what``: "potential_and_gradient", "gradient" or "potential"."""
         from time import perf_counter
+        cdef int kind = {"potential_and_gradient": 0, "gradient": 1, "potential": 2}[what]
         cdef double[::1] qv = self._checked_point(q)
         cdef double[::1] g = np.empty(self.dim)
         cdef double U
@@ -56,10 +56,12 @@ cdef class CTarget:
         start = perf_counter()
         with nogil:
             for i in range(repeats):
-                if with_potential:
+                if kind == 0:
                     self.potential_and_gradient(&qv[0], &U, &g[0])
-                else:
+                elif kind == 1:
                     self.gradient(&qv[0], &g[0])
+                else:
+                    self.potential(&qv[0], &U)
         return (perf_counter() - start) / max(repeats, 1)
 
     def _checked_point(self, q):

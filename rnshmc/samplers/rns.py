@@ -44,9 +44,13 @@ class RNSHMC(HMC):
     step_size, n_steps, jitter, mass_matrix, adapt_mass_matrix, target_accept, max_energy_error
         As for :class:`~rnshmc.HMC`; the step size and mass matrix of the exploration are kept
         for sampling.
-    surrogate_n_steps : int or None
+    surrogate_n_steps : int, "auto" or None
         Number of leapfrog steps (the maximum with jitter) in the sampling phase, where steps
-        are cheap. None means ``n_steps``.
+        are cheap. None means ``n_steps``. "auto" chooses among n_steps x {1, 2, 4, 8} by
+        short pilot runs of the sampling kernel after the fit (``PILOT_ITERATIONS`` each): the
+        one with the largest expected squared jump distance (scaled by the inverse mass
+        matrix) per second of the pilot run. Pilot draws are discarded; their time and
+        evaluations count to the training and exploration phases.
     n_explore : int or None
         Exploration iterations per chain. None means the ``tune`` given to :meth:`sample`.
     n_train : int or None
@@ -67,6 +71,8 @@ class RNSHMC(HMC):
     """
 
     name = "RNS-HMC"
+    PILOT_ITERATIONS = 100
+    PILOT_FACTORS = (1, 2, 4, 8)
 
     def __init__(self, target, n_hidden=1000, nodes="additive", activation="softplus",
                  ridge=1e-6, step_size=None, n_steps=10, jitter=True, n_explore=None,
@@ -85,8 +91,11 @@ class RNSHMC(HMC):
             # validate the surrogate options now rather than after the exploration
             RandomNetworkSurrogate(int(target.dim), **dict(self.surrogate_options, n_hidden=1))
         self.gradient_weight = float(gradient_weight)
-        self.surrogate_n_steps = (self.n_steps if surrogate_n_steps is None
-                                  else _positive_int(surrogate_n_steps, "surrogate_n_steps"))
+        if surrogate_n_steps is None:
+            surrogate_n_steps = self.n_steps
+        elif surrogate_n_steps != "auto":
+            surrogate_n_steps = _positive_int(surrogate_n_steps, "surrogate_n_steps")
+        self.surrogate_n_steps = surrogate_n_steps
         self.n_explore = None if n_explore is None else _positive_int(n_explore, "n_explore", 2)
         self.n_train = None if n_train is None else _positive_int(n_train, "n_train")
         self.delayed_acceptance = bool(delayed_acceptance)
@@ -111,7 +120,7 @@ class RNSHMC(HMC):
             The keys of :meth:`rnshmc.HMC.sample` (``n_density_evals`` and
             ``n_gradient_evals`` count exact evaluations of the target over all phases), plus
             ``n_density_evals_explore``, ``n_density_evals_sampling``,
-            ``n_surrogate_gradient_evals``, ``n_train``, ``fit_residual`` (RMS misfit of the
+            ``n_surrogate_gradient_evals``, ``surrogate_n_steps`` (per chain), ``n_train``, ``fit_residual`` (RMS misfit of the
             training values), ``gradient_residual``, ``exploration_acceptance_rate`` (over the
             training window), and ``timings`` with ``"tune"`` (exploration), ``"train"`` and
             ``"sampling"``. The fitted surrogates are kept in ``self.surrogates_``.
@@ -143,16 +152,19 @@ class RNSHMC(HMC):
 
             start = time.perf_counter()
             surrogate = self._fit_surrogate(history, generator)
-            timings["train"] = time.perf_counter() - start
 
             sampler = HMCKernel(surrogate._ctarget, ctarget, max_energy_error=self.max_energy_error,
                                 delayed_acceptance=self.delayed_acceptance)
             sampler.set_inverse_mass(inverse_mass)
             sampler.set_position(explorer.position)
+            n_steps = self.surrogate_n_steps
+            if n_steps == "auto":
+                n_steps = self._choose_n_steps(sampler, generator, step_size, inverse_mass)
+            timings["train"] = time.perf_counter() - start
+            pilot_evals = sampler.n_density_evals, sampler.n_gradient_evals
             out = _Buffers(draws, explorer.dim)
             start = time.perf_counter()
-            self._run_in_chunks(sampler, generator, draws, step_size, bar, out,
-                                n_steps=self.surrogate_n_steps)
+            self._run_in_chunks(sampler, generator, draws, step_size, bar, out, n_steps=n_steps)
             timings["sampling"] = time.perf_counter() - start
         finally:
             bar.close()
@@ -160,12 +172,32 @@ class RNSHMC(HMC):
         return dict(out=out, step_size=step_size, inverse_mass=inverse_mass, timings=timings,
                     n_density_evals=explorer.n_density_evals + sampler.n_density_evals,
                     n_gradient_evals=explorer.n_gradient_evals,
-                    n_density_evals_explore=explorer.n_density_evals,
-                    n_density_evals_sampling=sampler.n_density_evals,
+                    n_density_evals_explore=explorer.n_density_evals + pilot_evals[0],
+                    n_density_evals_sampling=sampler.n_density_evals - pilot_evals[0],
                     n_gradient_evals_sampling=0,
-                    n_surrogate_gradient_evals=sampler.n_gradient_evals,
+                    n_surrogate_gradient_evals=sampler.n_gradient_evals - pilot_evals[1],
+                    surrogate_n_steps=n_steps,
                     exploration_acceptance_rate=float(history.accepted[window].mean()),
                     surrogate=surrogate, chain=chain)
+
+    def _choose_n_steps(self, sampler, generator, step_size, inverse_mass):
+        """The sampling phase's number of steps by pilot runs (see ``surrogate_n_steps``)."""
+        scale = np.ones(sampler.dim) if inverse_mass is None else np.asarray(inverse_mass)
+        scale = np.diag(scale) if scale.ndim == 2 else scale  # jumps in units of the scales
+        pilot = _Buffers(self.PILOT_ITERATIONS, sampler.dim)
+        best, best_score = self.n_steps, -np.inf
+        for factor in self.PILOT_FACTORS:
+            n_steps = self.n_steps * factor
+            previous = sampler.position
+            start = time.perf_counter()
+            sampler.run(generator, self.PILOT_ITERATIONS, step_size, n_steps, self.jitter,
+                        *pilot.rows(0, self.PILOT_ITERATIONS))
+            seconds = time.perf_counter() - start
+            path = np.vstack([previous, pilot.samples])
+            jump = np.mean(np.sum(np.diff(path, axis=0) ** 2 / scale, axis=1))
+            if jump / seconds > best_score:
+                best, best_score = n_steps, jump / seconds
+        return best
 
     def _fit_surrogate(self, history, generator):
         window = slice(history.samples.shape[0] - self._n_train_now, None)
@@ -178,7 +210,8 @@ class RNSHMC(HMC):
     def _combine(self, runs):
         result = super()._combine(runs)
         self.surrogates_ = [r["surrogate"] for r in runs]
-        for key in ("n_density_evals_explore", "n_surrogate_gradient_evals"):
+        for key in ("n_density_evals_explore", "n_surrogate_gradient_evals",
+                    "surrogate_n_steps"):
             result[key] = np.array([r[key] for r in runs], dtype=np.int64)
         result["exploration_acceptance_rate"] = np.array(
             [r["exploration_acceptance_rate"] for r in runs])
