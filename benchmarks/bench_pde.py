@@ -10,16 +10,20 @@
   3. Potential and potential+gradient in microseconds: Q1 30x30, P1 30x30, and the authors'
      mesh (ePDE.mat) when the papers' data are present ($RNSHMC_SHARED_DATA, default the
      repository's ../shared/data).
+  4. On the authors' problem with the papers' settings (eps = 0.16, L = 10 jittered, s = 1000,
+     ridge 1e-7; 5000 warm-up + 5000 draws), RNS-HMC against the efficient HMC baseline (same
+     kernels, gradient cached): min(ESS)/s over HMC's (target >= 4x) and min-ESS per 1000
+     exact PDE solves, an adjoint solve counting as one (target >= 500, about 5x HMC's);
+     one run per seed, medians over seeds.
 
 Each figure is the median over ``--repeats`` rounds; within a round the competitors run one
 after the other (interleaved), each as a block of consecutive calls whose median is taken.
 The spread (min..max of the per-round ratio) is printed beside each ratio.
 
-    python benchmarks/bench_pde.py [--repeats 15]
+    python benchmarks/bench_pde.py [--repeats 15] [--seeds 0 1 2] [--skip-samplers]
 """
 import argparse
-import os
-import time
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -27,9 +31,13 @@ import scipy.sparse as sp
 import scipy.sparse.linalg as spl
 
 import rnshmc
-from _timing import ratio_line, rounds, timed  # benchmarks/ is on sys.path
+from _timing import ratio_line, rounds, verdict  # benchmarks/ is on sys.path
 from rnshmc.fem import EllipticSolver
+from rnshmc.experiments import compare, format_table
 from rnshmc.models import EllipticPDE
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+from elliptic_pde import authors_problem_path, samplers_for  # noqa: E402
 
 
 class ScipyForward:
@@ -70,15 +78,14 @@ class ScipyForward:
         return spl.splu(A, **self.options).solve(b)
 
 
-def shared_data_dir():
-    path = os.environ.get("RNSHMC_SHARED_DATA")
-    path = Path(path) if path else Path(__file__).resolve().parents[2] / "shared" / "data"
-    return path if path.is_dir() else None
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2],
+                        help="seeds of the sampler comparison (section 4)")
+    parser.add_argument("--draws", type=int, default=5000)
+    parser.add_argument("--tune", type=int, default=5000)
+    parser.add_argument("--skip-samplers", action="store_true", help="skip section 4")
     args = parser.parse_args()
     print(f"rnshmc {rnshmc.__version__}")
     try:  # optional: only to report the BLAS in use
@@ -117,9 +124,9 @@ def main():
 
     # 2-3. potential and potential+gradient
     cases = [("Q1 30x30", model), ("P1 30x30", EllipticPDE(n=30, element="P1", rng=0))]
-    data = shared_data_dir()
-    if data is not None and (data / "rnshmc-original" / "ePDE.mat").is_file():
-        cases.append(("authors' mesh (ePDE.mat)", EllipticPDE.from_mat(data / "rnshmc-original" / "ePDE.mat")))
+    authors = authors_problem_path()
+    if authors is not None:
+        cases.append(("authors' mesh (ePDE.mat)", EllipticPDE.from_mat(authors)))
     else:
         print("\n(the papers' data are absent: the authors' mesh is skipped)")
     print(f"\n2-3. potential vs potential+gradient (C path), median of {args.repeats} interleaved rounds")
@@ -137,6 +144,40 @@ def main():
     for label, _ in cases:
         ratio_line(f"potential+gradient / potential, {label}", t[(label, "pg")], t[(label, "p")],
                    1.5 if label == "Q1 30x30" else None)
+
+
+    if not args.skip_samplers:
+        samplers_section(authors, args)
+
+
+def samplers_section(path, args):
+    """4. RNS-HMC against the efficient HMC on the authors' problem, the papers' settings."""
+    if path is None:
+        print("\n4. skipped: the authors' problem (ePDE.mat) is absent")
+        return
+    model = EllipticPDE.from_mat(path)
+    print(f"\n4. the authors' problem, papers' settings (eps=0.16, L=10 jittered, s=1000, "
+          f"ridge=1e-7), {args.tune} warm-up + {args.draws} draws, seeds {args.seeds}")
+    speedups, per_1000 = {}, {}
+    for seed in args.seeds:
+        rows, _ = compare(samplers_for(model, extra_rows=False), args.draws, args.tune,
+                          rng=seed, init=np.zeros(model.dim))
+        print(format_table(rows, title=f"seed {seed}", evals_label="PDE solves / min ESS"))
+        for row in rows:
+            speedups.setdefault(row["method"], []).append(row["speedup"])
+            per_1000.setdefault(row["method"], []).append(1000 / row["exact_evals_per_min_ess"])
+    print(f"\n  medians over {len(args.seeds)} seeds (each a single run of {args.draws} draws):")
+    hmc = np.median(per_1000["HMC"])
+    for method in speedups:
+        line = (f"  {method:<18s} min(ESS)/s over HMC {np.median(speedups[method]):5.2f}x "
+                f"(runs {min(speedups[method]):.2f}..{max(speedups[method]):.2f})")
+        if method != "HMC":
+            line += verdict(np.median(speedups[method]), 4.0, "higher")
+        solves = np.median(per_1000[method])
+        line += f";  min ESS per 1000 PDE solves {solves:6.0f} ({solves / hmc:.1f}x HMC's)"
+        if method != "HMC":
+            line += verdict(solves, 500, "higher")
+        print(line)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,153 @@
+"""The ``rnshmc demo`` commands (see ``rnshmc demo --help``)."""
+import os
+import time
+
+import numpy as np
+
+__all__ = ["logistic", "pde"]
+
+
+def logistic(args):
+    """HMC on the papers' simulated logistic regression (``rnshmc demo logistic``)."""
+    import rnshmc
+
+    n, draws, tune = (20_000, 300, 300) if args.quick else (args.n, args.draws, args.tune)
+    step_size = None if args.quick else args.step_size  # the papers' 0.045 is tuned for N=100k
+    print(f"Bayesian logistic regression, simulated data of the RNS-HMC paper: N={n}, d={args.dim}")
+    X, y, beta = rnshmc.datasets.simulated_logistic(n, args.dim, rng=args.seed)
+    model = rnshmc.models.LogisticRegression(X, y)
+    sampler = rnshmc.HMC(model, step_size=step_size, n_steps=args.n_steps, jitter=True)
+    start = time.perf_counter()
+    result = sampler.sample(draws, tune=tune, chains=args.chains, rng=args.seed,
+                            init=np.zeros(args.dim), progress=not args.no_progress)
+    elapsed = time.perf_counter() - start
+    ess = result.ess()
+    sampling = result.timings["sampling"]
+    print(f"  HMC (eps={sampler.step_size if sampler.step_size else 'adapted'}, L={args.n_steps} "
+          f"jittered), {args.chains} chain(s) x {draws} draws after {tune} warm-up, {elapsed:.1f} s")
+    print(f"  acceptance {np.mean(result.acceptance_rate):.3f}, divergences {int(result.diverging.sum())}")
+    print(f"  ESS (min, median, max) = ({ess.min():.0f}, {np.median(ess):.0f}, {ess.max():.0f}); "
+          f"max R-hat {np.max(result.rhat()):.3f}")
+    print(f"  s/iter {sampling / (draws * args.chains):.4f}, min(ESS)/s {ess.min() / sampling:.1f}")
+    print(f"  gradient evaluations {int(result.n_gradient_evals.sum())}")
+    error = np.linalg.norm(result.samples.reshape(-1, args.dim).mean(0) - beta) / np.linalg.norm(beta)
+    print(f"  relative distance of the posterior mean from the true coefficients: {error:.3f}")
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, "logistic_hmc.npz")
+    result.save(path)
+    print(f"  samples written to {path}")
+    return 0
+
+
+# the papers' settings for the elliptic PDE (algorithms.md section 1)
+PDE_SETTINGS = dict(step_size=0.16, n_steps=10, n_hidden=1000, ridge=1e-7)
+
+
+def pde(args):
+    """HMC against RNS-HMC on the elliptic PDE inverse problem (``rnshmc demo pde``)."""
+    import rnshmc
+    from rnshmc.experiments import compare, format_table
+
+    if args.quick:  # a smoke run: coarse mesh, short chains, small network
+        n, tune, draws, n_hidden = 12, 400, 400, 200
+    else:
+        n, tune, draws, n_hidden = args.n, args.tune, args.draws, PDE_SETTINGS["n_hidden"]
+    if args.data:
+        model = rnshmc.models.EllipticPDE.from_mat(args.data)
+        problem = f"the authors' problem from {args.data}"
+    else:
+        model = rnshmc.models.EllipticPDE(n=n, element=args.element, rng=args.seed)
+        problem = (f"synthetic data on the {n}x{n} {args.element} mesh, true theta drawn from "
+                   "the prior")
+    eps, L, ridge = PDE_SETTINGS["step_size"], PDE_SETTINGS["n_steps"], PDE_SETTINGS["ridge"]
+    print(f"Elliptic PDE inverse problem: {problem}")
+    print(f"  d={model.dim} KL coefficients, {model.solver.n_nodes} nodes, "
+          f"{model.solver.n_elements} elements, {model.observations.size} observations; "
+          f"one density evaluation = one FEM solve")
+    print(f"  HMC and RNS-HMC with the papers' settings: eps={eps}, L={L} jittered; RNS-HMC "
+          f"s={n_hidden}, ridge={ridge:g}; {args.chains} chain(s) x ({tune} warm-up + {draws} "
+          "draws)")
+    samplers = {
+        "HMC": rnshmc.HMC(model, step_size=eps, n_steps=L),
+        "RNS-HMC": rnshmc.RNSHMC(model, n_hidden=n_hidden, ridge=ridge, step_size=eps,
+                                 n_steps=L),
+    }
+    start = time.perf_counter()
+    rows, results = compare(samplers, draws, tune, chains=args.chains, rng=args.seed,
+                            init=np.zeros(model.dim), progress=not args.no_progress)
+    table = format_table(rows, evals_label="PDE solves / min ESS")
+    rns = results["RNS-HMC"]
+    notes = [
+        f"RNS-HMC surrogate: {int(rns.n_train[0])} training states, fit in "
+        f"{rns.timings['train']:.2f} s, RMS residual {rns.fit_residual[0]:.3g}",
+        f"min ESS per 1000 PDE solves (sampling phase): HMC "
+        f"{1000 / rows[0]['exact_evals_per_min_ess']:.0f}, RNS-HMC "
+        f"{1000 / rows[1]['exact_evals_per_min_ess']:.0f} (an adjoint solve counts as one)",
+        f"times are of the sampling phase, as in the papers; whole run "
+        f"{time.perf_counter() - start:.1f} s",
+    ]
+    print("\n" + table + "\n" + "\n".join("  " + line for line in notes))
+    os.makedirs(args.out, exist_ok=True)
+    for name, result in results.items():
+        result.save(os.path.join(args.out, f"pde_{name.lower().replace('-', '_')}.npz"))
+    with open(os.path.join(args.out, "pde_table.txt"), "w") as f:
+        f.write(f"Elliptic PDE inverse problem: {problem}\n\n{table}\n" + "\n".join(notes) + "\n")
+    written = ["pde_hmc.npz", "pde_rns_hmc.npz", "pde_table.txt"]
+    written += _plot_pde(model, results, args.out)
+    print(f"  written to {args.out}/: {', '.join(written)}")
+    return 0
+
+
+def _plot_pde(model, results, out):
+    """Posterior marginals and the posterior mean and sd of log kappa, if matplotlib is
+    installed. Returns the names of the files written."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        from matplotlib.collections import PolyCollection
+    except ImportError:
+        print("  (install matplotlib for plots of the posterior)")
+        return []
+    dim = model.dim
+    cols = 5
+    fig, axes = plt.subplots((dim + cols - 1) // cols, cols, figsize=(2.4 * cols, 1.9 * ((dim + cols - 1) // cols)))
+    for i, ax in enumerate(axes.flat):
+        if i >= dim:
+            ax.axis("off")
+            continue
+        for name, result in results.items():
+            ax.hist(result.samples[..., i].ravel(), bins=40, density=True, histtype="step",
+                    label=name)
+        if model.true_theta is not None:
+            ax.axvline(model.true_theta[i], color="k", lw=0.8)
+        ax.set_title(f"theta[{i}]", fontsize=8)
+        ax.tick_params(labelsize=6)
+    axes.flat[0].legend(fontsize=6)
+    fig.suptitle("posterior marginals (black: true theta)" if model.true_theta is not None
+                 else "posterior marginals")
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "pde_marginals.png"), dpi=120)
+    plt.close(fig)
+
+    log_kappa = results["RNS-HMC"].samples.reshape(-1, dim) @ model.basis.T
+    fields = [("posterior mean of log kappa (RNS-HMC)", log_kappa.mean(axis=0)),
+              ("posterior sd of log kappa (RNS-HMC)", log_kappa.std(axis=0))]
+    if model.true_theta is not None:
+        fields.insert(0, ("true log kappa", model.log_coefficient(model.true_theta)))
+    polygons = model.solver.nodes[model.solver.elements]
+    fig, axes = plt.subplots(1, len(fields), figsize=(4.2 * len(fields), 3.6))
+    for ax, (title, values) in zip(np.atleast_1d(axes), fields):
+        cells = PolyCollection(polygons, array=values, cmap="viridis", edgecolors="face")
+        ax.add_collection(cells)
+        ax.set_xlim(0, 1)
+        ax.set_ylim(0, 1)
+        ax.set_aspect("equal")
+        ax.set_title(title, fontsize=9)
+        fig.colorbar(cells, ax=ax, shrink=0.8)
+    points = model.observation_points
+    np.atleast_1d(axes)[-1].plot(points[:, 0], points[:, 1], "w.", ms=2)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "pde_log_kappa.png"), dpi=120)
+    plt.close(fig)
+    return ["pde_marginals.png", "pde_log_kappa.png"]
