@@ -138,7 +138,7 @@ class RNSHMC(HMC):
 
     def _run_chain(self, task):
         ctarget, generator, init, inverse_mass, draws, tune, progress, chain = task
-        explorer = HMCKernel(ctarget, max_energy_error=self.max_energy_error)
+        explorer = self._make_kernel(ctarget)
         explorer.set_inverse_mass(inverse_mass)
         explorer.set_position(init)
         bar = _Progress(progress, tune + draws, f"{self.name} chain {chain}")
