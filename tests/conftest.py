@@ -9,6 +9,11 @@ import pytest
 from rnshmc import diagnostics
 
 
+def pytest_configure(config):
+    # registered here too, so the marker is known when the tests run outside the checkout
+    config.addinivalue_line("markers", "slow: long statistical tests (deselect with -m 'not slow')")
+
+
 # --------------------------------------------------------------------------------------------
 # Monte Carlo checks
 
