@@ -184,3 +184,29 @@ def test_automatic_trajectory_length():
     np.testing.assert_array_equal(res.n_density_evals_sampling, 300)
     with pytest.raises(ValueError):
         rnshmc.RNSHMC(model, surrogate_n_steps="long")
+
+
+@pytest.mark.filterwarnings("ignore:.*under a third of the exploration")
+@pytest.mark.parametrize("delayed", [False, True])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_exact_on_a_skewed_target_with_a_poor_surrogate(delayed, seed, mcse_z):
+    """Two independent log-Gamma(2) coordinates (skewed; a symmetric target could hide a
+    sign error): means, variances and a tail probability within MCSE with a poor surrogate."""
+    from scipy import special, stats
+    shape = 2.0
+
+    def logp_and_grad(q):
+        e = np.exp(q)
+        return float(np.sum(shape * q - e)), shape - e
+
+    target = rnshmc.Target(None, logp_and_grad=logp_and_grad, dim=2)
+    res = rnshmc.RNSHMC(target, n_hidden=5, n_train=30, gradient_weight=0.0, whiten=False,
+                        n_steps=6, delayed_acceptance=delayed).sample(
+        20000, tune=300, chains=2, rng=seed, init=np.zeros(2), progress=False)
+    assert np.all(res.fit_residual > 0.05)  # a poor fit: acceptance 0.3-0.8 in trials
+    m = special.digamma(shape)
+    x = res.samples
+    functions = np.concatenate([x, (x - m) ** 2, (x > 1.0) * 1.0], axis=-1)
+    truth = np.repeat([m, special.polygamma(1, shape), stats.gamma(shape).sf(np.e)], 2)
+    z, tol = mcse_z(functions, truth)
+    assert np.all(np.abs(z) < tol), z
