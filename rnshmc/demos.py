@@ -88,11 +88,13 @@ def pde(args):
     ]
     print("\n" + table + "\n" + "\n".join("  " + line for line in notes))
     os.makedirs(args.out, exist_ok=True)
+    written = []
     for name, result in results.items():
-        result.save(os.path.join(args.out, f"pde_{name.lower().replace('-', '_')}.npz"))
-    with open(os.path.join(args.out, "pde_table.txt"), "w") as f:
+        written.append(f"pde_{name.lower().replace('-', '_')}.npz")
+        result.save(os.path.join(args.out, written[-1]))
+    written.append("pde_table.txt")
+    with open(os.path.join(args.out, written[-1]), "w") as f:
         f.write(f"Elliptic PDE inverse problem: {problem}\n\n{table}\n" + "\n".join(notes) + "\n")
-    written = ["pde_hmc.npz", "pde_rns_hmc.npz", "pde_table.txt"]
     written += _plot_pde(model, results, args.out)
     print(f"  written to {args.out}/: {', '.join(written)}")
     return 0

@@ -151,7 +151,8 @@ class RNSHMC(HMC):
             timings["tune"] = time.perf_counter() - start
 
             start = time.perf_counter()
-            surrogate = self._fit_surrogate(history, generator)
+            window = slice(tune - self._n_train_now, tune)  # the training states
+            surrogate = self._fit_surrogate(history, window, generator)
 
             sampler = HMCKernel(surrogate._ctarget, ctarget, max_energy_error=self.max_energy_error,
                                 delayed_acceptance=self.delayed_acceptance)
@@ -168,7 +169,6 @@ class RNSHMC(HMC):
             timings["sampling"] = time.perf_counter() - start
         finally:
             bar.close()
-        window = slice(tune - self._n_train_now, tune)
         return dict(out=out, step_size=step_size, inverse_mass=inverse_mass, timings=timings,
                     n_density_evals=explorer.n_density_evals + sampler.n_density_evals,
                     n_gradient_evals=explorer.n_gradient_evals,
@@ -199,8 +199,7 @@ class RNSHMC(HMC):
                 best, best_score = n_steps, jump / seconds
         return best
 
-    def _fit_surrogate(self, history, generator):
-        window = slice(history.samples.shape[0] - self._n_train_now, None)
+    def _fit_surrogate(self, history, window, generator):
         surrogate = RandomNetworkSurrogate(history.samples.shape[1], rng=generator.spawn(1)[0],
                                            **self.surrogate_options)
         gradients = history.gradients[window] if self.gradient_weight > 0 else None
