@@ -173,10 +173,27 @@ def test_assembled_matrix_symmetric_positive_definite_and_equal_to_reference(cas
     assert np.abs(rows - cols).max() <= solver.bandwidth
 
 
+def natural_order_bandwidth(solver, kappa):
+    """Half-bandwidth of the stiffness matrix over the free nodes in the mesh's own order."""
+    free = np.sort(solver.free_nodes)
+    ref = reference_matrix(solver.nodes, solver.elements, kappa)[free][:, free].tocoo()
+    return int(np.abs(ref.row - ref.col).max())
+
+
+def assert_band_holds_the_matrix_and_beats_the_natural_order(solver, kappa):
+    """Properties of the band ordering, not the exact output of SciPy's heuristic (reverse
+    Cuthill-McKee gave half-bandwidth 30 on the authors' mesh before SciPy 1.17, 29 since)."""
+    rows, cols = solver.stiffness_matrix(kappa).nonzero()
+    assert np.abs(rows - cols).max() <= solver.bandwidth
+    assert solver.bandwidth <= natural_order_bandwidth(solver, kappa)
+
+
 def test_general_mesh_uses_reverse_cuthill_mckee():
     solver = permuted_p1_solver(9)
     assert solver.ordering == "reverse Cuthill-McKee"
-    assert solver.bandwidth <= 12
+    kappa = random_kappa(solver, 0)
+    assert_band_holds_the_matrix_and_beats_the_natural_order(solver, kappa)
+    assert solver.bandwidth < natural_order_bandwidth(solver, kappa)
 
 
 @pytest.mark.parametrize("case", range(3))
@@ -200,8 +217,8 @@ def test_solve_matches_independent_reference(case):
 def test_solve_on_the_authors_mesh_matches_reference(shared_data):
     solver = EllipticSolver.from_mesh(*authors_mesh(shared_data))
     assert (solver.n_nodes, solver.n_elements, solver.dirichlet_nodes.size) == (961, 1800, 62)
-    assert solver.bandwidth == 30
     kappa = random_kappa(solver, 5)
+    assert_band_holds_the_matrix_and_beats_the_natural_order(solver, kappa)
     expected = reference_solve(solver.nodes, solver.elements, solver.dirichlet_nodes, kappa)
     np.testing.assert_allclose(solver.solve(kappa), expected, rtol=1e-11, atol=1e-12)
 
