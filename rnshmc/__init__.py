@@ -8,6 +8,7 @@ except ImportError as error:  # pragma: no cover - depends on how the package is
         "another directory (or use the `rnshmc` command), or build in place with "
         "`python setup.py build_ext --inplace`.") from error
 from . import datasets, diagnostics, fem, models
+from .checkpoint import ChainState
 from .results import SampleResult, load
 from .samplers import HMC, RNSHMC
 from .surrogate import RandomNetworkSurrogate
@@ -15,6 +16,6 @@ from .targets import Target
 
 __version__ = "0.1.0"
 
-__all__ = ["HMC", "RNSHMC", "RandomNetworkSurrogate", "Target", "SampleResult", "load",
+__all__ = ["HMC", "RNSHMC", "RandomNetworkSurrogate", "Target", "SampleResult", "load", "ChainState",
            "models", "datasets", "diagnostics", "fem",
            "__version__"]

@@ -364,3 +364,25 @@ class RandomNetworkSurrogate:
         return (f"RandomNetworkSurrogate(dim={self.dim}, n_hidden={self.n_hidden}, "
                 f"nodes={self.nodes!r}, activation={self.activation!r}, ridge={self.ridge:g}, "
                 f"whiten={self.whiten}; {state})")
+
+    # ------------------------------------------------------------------------------------------
+    # state as plain arrays (checkpoints, results)
+
+    def get_state(self):
+        """The surrogate as a dict of arrays, numbers and strings (saveable without pickle);
+        :meth:`from_state` rebuilds it, predicting identically."""
+        state = {key: value for key, value in vars(self).items() if key not in ("_rng", "_ctarget")}
+        if self._ctarget is not None:
+            state["network"] = list(self._ctarget.__reduce__()[1])
+        return state
+
+    @classmethod
+    def from_state(cls, state):
+        """Rebuild a surrogate from :meth:`get_state` (its random stream is not kept)."""
+        surrogate = cls.__new__(cls)
+        state = dict(state)
+        network = state.pop("network", None)
+        surrogate.__dict__.update(state)
+        surrogate._rng = np.random.default_rng()
+        surrogate._ctarget = None if network is None else NetworkTarget(*network)
+        return surrogate

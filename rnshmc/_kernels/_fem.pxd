@@ -6,7 +6,7 @@
 # index this numbering, so gathering a nodal field needs no branch on the node kind.
 
 cdef class BandSystem:
-    cdef readonly Py_ssize_t n_free, n_ext, n_elements, n_local, band_size
+    cdef readonly Py_ssize_t n_free, n_ext, n_elements, n_local, band_size, work_size
     cdef readonly int kd, ldab
     cdef readonly bint lower
     cdef const Py_ssize_t[::1] elem_ext        # (n_elements * n_local) extended indices
@@ -16,13 +16,13 @@ cdef class BandSystem:
     cdef const double[::1] scatter_val         # stiffness value (band) or lifting value (rhs)
     cdef const double[::1] load                # (n_free) kappa-independent load vector
     cdef const double[::1] boundary            # (n_ext - n_free) Dirichlet values
-    # scratch: [band (ldab * n_free) | extended solution (n_ext)]; the tail holds `boundary`
-    cdef double[::1] work
+    # The caller's scratch ``work`` (work_size doubles): [band (ldab * n_free) | extended
+    # solution (n_ext)]; assemble() writes all of it (the tail holds `boundary`).
 
-    cdef double* solution(self) noexcept nogil
+    cdef double* solution(self, double* work) noexcept nogil
     cdef void assemble(self, const double* kappa, const double* scatter_val,
-                       const double* load) noexcept nogil
-    cdef int factor(self, const double* kappa) noexcept nogil
-    cdef int solve_in_place(self, double* b, int nrhs, int ldb) noexcept nogil
+                       const double* load, double* work) noexcept nogil
+    cdef int factor(self, const double* kappa, double* work) noexcept nogil
+    cdef int solve_in_place(self, const double* work, double* b, int nrhs, int ldb) noexcept nogil
     cdef void element_products(self, const double* kappa, const double* left, const double* right,
                                double* out) noexcept nogil

@@ -85,10 +85,7 @@ cdef class BandSystem:
         self.scatter_val = scatter_val
         self.load = load
         self.boundary = boundary
-        self.work = np.zeros(self.band_size + self.n_ext)
-        if boundary.shape[0]:
-            memcpy(&self.work[self.band_size + n_free], &boundary[0],
-                   boundary.shape[0] * sizeof(double))
+        self.work_size = self.band_size + self.n_ext
 
     def _arguments(self):
         return (np.asarray(self.elem_ext), np.asarray(self.elem_stiffness),
@@ -96,48 +93,45 @@ cdef class BandSystem:
                 np.asarray(self.scatter_val), np.asarray(self.load), np.asarray(self.boundary),
                 self.n_free, self.kd, self.lower)
 
-    def spawn(self):
-        """A copy with its own scratch (the mesh arrays are shared, read-only)."""
-        return BandSystem(self.elem_ext, self.elem_stiffness, self.scatter_ptr, self.scatter_pos,
-                          self.scatter_val, self.load, self.boundary, self.n_free, self.kd,
-                          self.lower)
-
     def __reduce__(self):
         return (BandSystem, self._arguments())
 
     # ---------------------------------------------------------------------------------------
     # C level
 
-    cdef inline double* solution(self) noexcept nogil:
-        """The extended solution vector (unknowns, then Dirichlet values)."""
-        return &self.work[self.band_size]
+    cdef inline double* solution(self, double* work) noexcept nogil:
+        """The extended solution vector in ``work`` (unknowns, then Dirichlet values)."""
+        return work + self.band_size
 
     cdef void assemble(self, const double* kappa, const double* scatter_val,
-                       const double* load) noexcept nogil:
-        """Band matrix and right-hand side for one kappa per element, into ``work``."""
-        cdef double* w = &self.work[0]
+                       const double* load, double* work) noexcept nogil:
+        """Band matrix and right-hand side for one kappa per element, and the Dirichlet values
+        after them, into ``work`` (``work_size`` doubles)."""
+        cdef double* w = work
         cdef const Py_ssize_t* ptr = &self.scatter_ptr[0]
         cdef const Py_ssize_t* pos = &self.scatter_pos[0]
         cdef Py_ssize_t e, p
         cdef double k
         memset(w, 0, self.band_size * sizeof(double))
         memcpy(w + self.band_size, load, self.n_free * sizeof(double))
+        if self.n_ext > self.n_free:
+            memcpy(w + self.band_size + self.n_free, &self.boundary[0],
+                   (self.n_ext - self.n_free) * sizeof(double))
         for e in range(self.n_elements):
             k = kappa[e]
             for p in range(ptr[e], ptr[e + 1]):
                 w[pos[p]] += k * scatter_val[p]
 
-    cdef int factor(self, const double* kappa) noexcept nogil:
+    cdef int factor(self, const double* kappa, double* work) noexcept nogil:
         """Assemble for ``kappa`` and factor; returns LAPACK's info (> 0: not positive definite).
-        The right-hand side is left in ``solution()`` for ``solve_in_place``."""
-        self.assemble(kappa, &self.scatter_val[0], &self.load[0])
-        return _pbtrf(Lower if self.lower else Upper, <int> self.n_free, self.kd,
-                      &self.work[0], self.ldab)
+        The right-hand side is left in ``solution(work)`` for ``solve_in_place``."""
+        self.assemble(kappa, &self.scatter_val[0], &self.load[0], work)
+        return _pbtrf(Lower if self.lower else Upper, <int> self.n_free, self.kd, work, self.ldab)
 
-    cdef int solve_in_place(self, double* b, int nrhs, int ldb) noexcept nogil:
-        """A X = B with the current factor, B column-major (ldb, nrhs) overwritten by X."""
+    cdef int solve_in_place(self, const double* work, double* b, int nrhs, int ldb) noexcept nogil:
+        """A X = B with the factor in ``work``, B column-major (ldb, nrhs) overwritten by X."""
         return _pbtrs(Lower if self.lower else Upper, <int> self.n_free, self.kd, nrhs,
-                      &self.work[0], self.ldab, b, ldb)
+                      work, self.ldab, b, ldb)
 
     cdef void element_products(self, const double* kappa, const double* left, const double* right,
                                double* out) noexcept nogil:
@@ -185,13 +179,15 @@ cdef class BandSystem:
         if boundary is not None and boundary.shape[0] != n_dir:
             raise ValueError("boundary has the wrong length")
         out = np.empty(self.n_ext)
+        work_array = np.empty(self.work_size)
+        cdef double[::1] work = work_array
         with nogil:
-            self.assemble(&kappa[0], sv, ld)
+            self.assemble(&kappa[0], sv, ld, &work[0])
             info = _pbtrf(Lower if self.lower else Upper, <int> self.n_free, self.kd,
-                          &self.work[0], self.ldab)
+                          &work[0], self.ldab)
             if info == 0:
-                self.solve_in_place(self.solution(), 1, <int> self.n_free)
-        out[:self.n_free] = np.asarray(self.work[self.band_size:self.band_size + self.n_free])
+                self.solve_in_place(&work[0], self.solution(&work[0]), 1, <int> self.n_free)
+        out[:self.n_free] = work_array[self.band_size:self.band_size + self.n_free]
         out[self.n_free:] = np.asarray(self.boundary if boundary is None else boundary)
         return info, out
 
@@ -201,10 +197,12 @@ cdef class BandSystem:
         self._check_kappa(kappa)
         cdef const double* sv = &self.scatter_val[0] if scatter_val is None else &scatter_val[0]
         cdef const double* ld = &self.load[0] if load is None else &load[0]
+        work_array = np.empty(self.work_size)
+        cdef double[::1] work = work_array
         with nogil:
-            self.assemble(&kappa[0], sv, ld)
-        band = np.asarray(self.work[:self.band_size]).reshape(self.n_free, self.ldab).T.copy(order="F")
-        rhs = np.asarray(self.work[self.band_size:self.band_size + self.n_free]).copy()
+            self.assemble(&kappa[0], sv, ld, &work[0])
+        band = work_array[:self.band_size].reshape(self.n_free, self.ldab).T.copy(order="F")
+        rhs = work_array[self.band_size:self.band_size + self.n_free].copy()
         return band, rhs
 
     def element_contraction(self, const double[::1] kappa, const double[::1] left,
@@ -264,16 +262,15 @@ cdef class EllipticPDETarget(CTarget):
     cdef readonly double noise_sd, prior_sd
     cdef double noise_precision, prior_precision
     cdef readonly Py_ssize_t n_obs
-    cdef double[::1] kappa         # log kappa, then kappa, per element
-    cdef double[::1] element_grad  # dU/dlog kappa per element
-    cdef double[::1] residual      # u_obs - y
-    cdef double[::1] adjoint       # extended adjoint vector
+    # scratch layout: [work (the system's) | kappa | element_grad | residual | adjoint]
+    #   kappa: log kappa, then kappa, per element; element_grad: dU/dlog kappa per element;
+    #   residual: u_obs - y; adjoint: the extended adjoint vector
+    cdef Py_ssize_t kappa_at, element_grad_at, residual_at, adjoint_at
 
     def __init__(self, BandSystem system, const double[:, ::1] basis_t,
                  const Py_ssize_t[::1] obs_ptr, const Py_ssize_t[::1] obs_ext,
                  const double[::1] obs_weight, const double[::1] observations, double noise_sd,
                  double prior_sd):
-        super().__init__(basis_t.shape[0])
         if basis_t.shape[1] != system.n_elements:
             raise ValueError("the basis must have one column per element")
         if obs_ptr.shape[0] != observations.shape[0] + 1 or obs_ext.shape[0] != obs_weight.shape[0] \
@@ -294,20 +291,16 @@ cdef class EllipticPDETarget(CTarget):
         self.prior_sd = prior_sd
         self.noise_precision = 1.0 / (noise_sd * noise_sd)
         self.prior_precision = 1.0 / (prior_sd * prior_sd)
-        self.kappa = np.empty(system.n_elements)
-        self.element_grad = np.empty(system.n_elements)
-        self.residual = np.empty(max(self.n_obs, 1))
-        self.adjoint = np.zeros(system.n_ext)
+        self.kappa_at = system.work_size
+        self.element_grad_at = self.kappa_at + system.n_elements
+        self.residual_at = self.element_grad_at + system.n_elements
+        self.adjoint_at = self.residual_at + self.n_obs
+        super().__init__(basis_t.shape[0], self.adjoint_at + system.n_ext)
 
     def _arguments(self):
         return (np.asarray(self.basis_t), np.asarray(self.obs_ptr), np.asarray(self.obs_ext),
                 np.asarray(self.obs_weight), np.asarray(self.observations), self.noise_sd,
                 self.prior_sd)
-
-    def spawn(self):
-        """An independent copy (own scratch, shared read-only arrays) for another thread."""
-        return EllipticPDETarget(self.system.spawn(), self.basis_t, self.obs_ptr, self.obs_ext,
-                                 self.obs_weight, self.observations, self.noise_sd, self.prior_sd)
 
     def __reduce__(self):
         return (EllipticPDETarget, (self.system,) + self._arguments())
@@ -315,10 +308,10 @@ cdef class EllipticPDETarget(CTarget):
     # ---------------------------------------------------------------------------------------
     # C level: no Python objects and no allocation
 
-    cdef bint set_coefficient(self, const double* q) noexcept nogil:
+    cdef bint set_coefficient(self, const double* q, double* scratch) noexcept nogil:
         """kappa = exp(basis_t.T q) per element; False if some kappa is not finite and > 0."""
         cdef Py_ssize_t i, e, n = self.system.n_elements
-        cdef double* k = &self.kappa[0]
+        cdef double* k = scratch + self.kappa_at
         cdef bint ok = True
         memset(k, 0, n * sizeof(double))
         for i in range(self.dim):
@@ -332,18 +325,20 @@ cdef class EllipticPDETarget(CTarget):
                 ok = False
         return ok
 
-    cdef bint solve_forward(self, const double* q) noexcept nogil:
+    cdef bint solve_forward(self, const double* q, double* scratch) noexcept nogil:
         """Coefficient, assembly, factor, forward solve; False if any of them fails."""
-        if not self.set_coefficient(q):
+        if not self.set_coefficient(q, scratch):
             return False
-        if self.system.factor(&self.kappa[0]) != 0:
+        if self.system.factor(scratch + self.kappa_at, scratch) != 0:
             return False
-        self.system.solve_in_place(self.system.solution(), 1, <int> self.system.n_free)
+        self.system.solve_in_place(scratch, self.system.solution(scratch), 1,
+                                   <int> self.system.n_free)
         return True
 
-    cdef double misfit(self) noexcept nogil:
+    cdef double misfit(self, double* scratch) noexcept nogil:
         """residual = u_obs - y; returns |residual|^2 / (2 s_y^2)."""
-        cdef const double* u = self.system.solution()
+        cdef const double* u = self.system.solution(scratch)
+        cdef double* residual = scratch + self.residual_at
         cdef Py_ssize_t k, p
         cdef double value, total = 0.0
         for k in range(self.n_obs):
@@ -351,7 +346,7 @@ cdef class EllipticPDETarget(CTarget):
             for p in range(self.obs_ptr[k], self.obs_ptr[k + 1]):
                 value = value + self.obs_weight[p] * u[self.obs_ext[p]]
             value = value - self.observations[k]
-            self.residual[k] = value
+            residual[k] = value
             total = total + value * value
         return 0.5 * self.noise_precision * total
 
@@ -362,35 +357,37 @@ cdef class EllipticPDETarget(CTarget):
             total = total + q[i] * q[i]
         return 0.5 * self.prior_precision * total
 
-    cdef int potential(self, const double* q, double* U) except -1 nogil:
-        if not self.solve_forward(q):
+    cdef int potential(self, const double* q, double* U, double* scratch) except -1 nogil:
+        if not self.solve_forward(q, scratch):
             U[0] = INFINITY
             return 0
-        U[0] = self.misfit() + self.prior(q)
+        U[0] = self.misfit(scratch) + self.prior(q)
         return 0
 
-    cdef int potential_and_gradient(self, const double* q, double* U, double* grad) except -1 nogil:
+    cdef int potential_and_gradient(self, const double* q, double* U, double* grad,
+                                    double* scratch) except -1 nogil:
         cdef Py_ssize_t i, e, k, p
         cdef Py_ssize_t n = self.system.n_elements, n_free = self.system.n_free
-        cdef double* lam = &self.adjoint[0]
-        cdef double* w = &self.element_grad[0]
+        cdef double* lam = scratch + self.adjoint_at
+        cdef double* w = scratch + self.element_grad_at
+        cdef const double* residual = scratch + self.residual_at
         cdef double r
-        if not self.solve_forward(q):
+        if not self.solve_forward(q, scratch):
             U[0] = INFINITY
             for i in range(self.dim):
                 grad[i] = NAN
             return 0
-        U[0] = self.misfit() + self.prior(q)
+        U[0] = self.misfit(scratch) + self.prior(q)
         # adjoint: A lam = dU/du = O^T residual / s_y^2 over the unknowns
         memset(lam, 0, self.system.n_ext * sizeof(double))
         for k in range(self.n_obs):
-            r = self.noise_precision * self.residual[k]
+            r = self.noise_precision * residual[k]
             for p in range(self.obs_ptr[k], self.obs_ptr[k + 1]):
                 lam[self.obs_ext[p]] += self.obs_weight[p] * r
         memset(lam + n_free, 0, (self.system.n_ext - n_free) * sizeof(double))
-        self.system.solve_in_place(lam, 1, <int> n_free)
+        self.system.solve_in_place(scratch, lam, 1, <int> n_free)
         # dU/dkappa_e = -lam^T (S_e u)  =>  dU/dlog kappa_e = -kappa_e lam_e^T S_e u_e
-        self.system.element_products(&self.kappa[0], lam, self.system.solution(), w)
+        self.system.element_products(scratch + self.kappa_at, lam, self.system.solution(scratch), w)
         for i in range(self.dim):
             grad[i] = self.prior_precision * q[i] - _dot(<int> n, &self.basis_t[i, 0], 1, w, 1)
         return 0
@@ -403,9 +400,11 @@ cdef class EllipticPDETarget(CTarget):
         cdef double[::1] qv = self._checked_point(q)
         cdef bint ok
         cdef Py_ssize_t k, p
+        scratch_array = self.new_scratch()
+        cdef double[::1] scratch = scratch_array
         with nogil:
-            ok = self.solve_forward(&qv[0])
-        u = np.asarray(self.system.work[self.system.band_size:]).copy()
+            ok = self.solve_forward(&qv[0], &scratch[0])
+        u = scratch_array[self.system.band_size:self.system.work_size].copy()
         u_obs = np.zeros(self.n_obs)
         cdef double[::1] uv = u
         cdef double[::1] ov = u_obs
@@ -426,14 +425,17 @@ cdef class EllipticPDETarget(CTarget):
         cdef const Py_ssize_t* ext = &self.system.elem_ext[0]
         cdef const double* S = &self.system.elem_stiffness[0]
         cdef double* u
+        cdef const double* kappa
+        cdef double[::1] scratch = self.new_scratch()
         sens = np.zeros((d, n_ext))   # column-major (n_ext, d): one right-hand side per mode
         J = np.zeros((self.n_obs, d))
         cdef double[:, ::1] F = sens
         cdef double[:, ::1] Jv = J
         with nogil:
-            ok = self.solve_forward(&qv[0])
+            ok = self.solve_forward(&qv[0], &scratch[0])
             if ok:
-                u = self.system.solution()
+                u = self.system.solution(&scratch[0])
+                kappa = &scratch[self.kappa_at]
                 # right-hand side of mode i: -sum_e kappa_e basis[e, i] (S_e u_e) over unknowns
                 for e in range(n):
                     for a in range(m):
@@ -443,10 +445,10 @@ cdef class EllipticPDETarget(CTarget):
                         va = 0.0
                         for b in range(m):
                             va = va + S[(e * m + a) * m + b] * u[ext[e * m + b]]
-                        va = va * self.kappa[e]
+                        va = va * kappa[e]
                         for i in range(d):
                             F[i, ea] -= va * self.basis_t[i, e]
-                self.system.solve_in_place(&F[0, 0], <int> d, <int> n_ext)
+                self.system.solve_in_place(&scratch[0], &F[0, 0], <int> d, <int> n_ext)
                 for k in range(self.n_obs):
                     for p in range(self.obs_ptr[k], self.obs_ptr[k + 1]):
                         ea = self.obs_ext[p]

@@ -69,32 +69,21 @@ cdef class LogisticTarget(CTarget):
     cdef public int n_threads
     cdef Py_ssize_t n_rows, block_rows, n_blocks
     cdef bint prefetch
-    cdef double[::1] eta
-    cdef double[::1] block_potential
-    cdef double[:, ::1] block_gradient
-    cdef double[:, ::1] scaled_block
 
     def __init__(self, const double[:, ::1] X, const double[::1] y, double prior_variance,
                  int n_threads=0, Py_ssize_t block_rows=0):
-        super().__init__(X.shape[1])
         self.X = X
         self.y = y
         self.n_rows = X.shape[0]
+        dim = X.shape[1]
         self.inv_prior_variance = 1.0 / prior_variance
         self.n_threads = n_threads
-        self.block_rows = block_rows if block_rows > 0 else max(16, BLOCK_ELEMENTS // self.dim)
+        self.block_rows = block_rows if block_rows > 0 else max(16, BLOCK_ELEMENTS // dim)
         self.n_blocks = (self.n_rows + self.block_rows - 1) // self.block_rows
         # X larger than a typical last-level cache share: prefetch rows ahead of use
-        self.prefetch = self.n_rows * self.dim * sizeof(double) > PREFETCH_BYTES
-        self.eta = np.empty(self.n_rows)
-        self.block_potential = np.empty(self.n_blocks)
-        self.block_gradient = np.empty((self.n_blocks, self.dim))
-        self.scaled_block = np.empty((self.block_rows, self.dim))
-
-    def spawn(self):
-        """An independent copy (own scratch, shared X and y) for use from another thread."""
-        return LogisticTarget(self.X, self.y, 1.0 / self.inv_prior_variance, self.n_threads,
-                              self.block_rows)
+        self.prefetch = self.n_rows * dim * sizeof(double) > PREFETCH_BYTES
+        # scratch: eta (one per row), then per block its potential and its gradient
+        super().__init__(dim, self.n_rows + self.n_blocks * (1 + dim))
 
     def __reduce__(self):
         return (LogisticTarget, (np.asarray(self.X), np.asarray(self.y),
@@ -108,37 +97,42 @@ cdef class LogisticTarget(CTarget):
             limit = self.n_threads
         return <int> min(limit, useful)
 
-    cdef void evaluate(self, const double* q, double* U, double* grad) noexcept nogil:
+    cdef void evaluate(self, const double* q, double* U, double* grad,
+                       double* scratch) noexcept nogil:
         """U(q), and grad U(q) into ``grad`` unless it is NULL."""
         cdef Py_ssize_t b, j, start, stop
         cdef double total
         cdef bint want_gradient = grad != NULL
+        cdef double* eta = scratch
+        cdef double* block_potential = scratch + self.n_rows
+        cdef double* block_gradient = block_potential + self.n_blocks
         for b in prange(self.n_blocks, schedule="static", num_threads=self.threads()):
             start = b * self.block_rows
             stop = min(start + self.block_rows, self.n_rows)
-            self.block_potential[b] = logistic_rows(
-                &self.X[start, 0], &self.y[start], q, stop - start, self.dim, &self.eta[start],
-                &self.block_gradient[b, 0] if want_gradient else NULL, self.prefetch)
+            block_potential[b] = logistic_rows(
+                &self.X[start, 0], &self.y[start], q, stop - start, self.dim, eta + start,
+                block_gradient + b * self.dim if want_gradient else NULL, self.prefetch)
         total = 0.0
         for j in range(self.dim):
             total = total + q[j] * q[j]
         total = 0.5 * self.inv_prior_variance * total
         for b in range(self.n_blocks):
-            total = total + self.block_potential[b]
+            total = total + block_potential[b]
         U[0] = total
         if want_gradient:
             for j in range(self.dim):
                 grad[j] = self.inv_prior_variance * q[j]
             for b in range(self.n_blocks):
                 for j in range(self.dim):
-                    grad[j] += self.block_gradient[b, j]
+                    grad[j] += block_gradient[b * self.dim + j]
 
-    cdef int potential(self, const double* q, double* U) except -1 nogil:
-        self.evaluate(q, U, NULL)
+    cdef int potential(self, const double* q, double* U, double* scratch) except -1 nogil:
+        self.evaluate(q, U, NULL, scratch)
         return 0
 
-    cdef int potential_and_gradient(self, const double* q, double* U, double* grad) except -1 nogil:
-        self.evaluate(q, U, grad)
+    cdef int potential_and_gradient(self, const double* q, double* U, double* grad,
+                                    double* scratch) except -1 nogil:
+        self.evaluate(q, U, grad, scratch)
         return 0
 
     def fisher_metric(self, q):
@@ -146,6 +140,8 @@ cdef class LogisticTarget(CTarget):
         cdef double[::1] qv = self._checked_point(q)
         G = np.zeros((self.dim, self.dim))
         cdef double[:, ::1] Gv = G
+        cdef double[::1] eta = np.empty(self.block_rows)
+        cdef double[:, ::1] scaled_block = np.empty((self.block_rows, self.dim))
         cdef Py_ssize_t b, i, j, start, stop
         cdef int d = <int> self.dim
         cdef double sig, w
@@ -154,13 +150,13 @@ cdef class LogisticTarget(CTarget):
                 start = b * self.block_rows
                 stop = min(start + self.block_rows, self.n_rows)
                 _gemv(RowMajor, NoTrans, <int> (stop - start), d, 1.0, &self.X[start, 0], d,
-                      &qv[0], 1, 0.0, &self.eta[start], 1)
+                      &qv[0], 1, 0.0, &eta[0], 1)
                 for i in range(start, stop):
-                    softplus_and_sigmoid(self.eta[i], &sig)
+                    softplus_and_sigmoid(eta[i - start], &sig)
                     w = sqrt(sig * (1.0 - sig))
                     for j in range(self.dim):
-                        self.scaled_block[i - start, j] = w * self.X[i, j]
-                _syrk(RowMajor, Lower, Trans, d, <int> (stop - start), 1.0, &self.scaled_block[0, 0],
+                        scaled_block[i - start, j] = w * self.X[i, j]
+                _syrk(RowMajor, Lower, Trans, d, <int> (stop - start), 1.0, &scaled_block[0, 0],
                       d, 1.0, &Gv[0, 0], d)
         G = np.tril(G) + np.tril(G, -1).T
         G[np.diag_indices(self.dim)] += self.inv_prior_variance

@@ -7,7 +7,7 @@ z(q) = sum_i v_i a(pre_i(x)) + offset, x = q (or A (q - mean) for whitened RBF n
                                                                   bias_i = -gamma_i |c_i|^2 / 2,
                    grad_x pre_i = W_i - gamma_i x,  and a = exp.
 So grad_x z = W^T coef - (gamma . coef) x with coef = v * a'(pre): two matrix-vector products
-and one pass over the hidden units, into scratch allocated once. Additive networks fold any input
+and one pass over the hidden units, into the caller's scratch. Additive networks fold any input
 whitening into W and bias (the Python front end does this), so they never transform inputs.
 """
 import numpy as np
@@ -127,18 +127,14 @@ cdef class NetworkTarget(CTarget):
     cdef const double[:, ::1] A
     cdef const double[::1] mean
     cdef object _arrays
-    # scratch
-    cdef double[::1] pre
-    cdef double[::1] coef
-    cdef double[::1] x
-    cdef double[::1] grad_x
+    # scratch layout: [pre (n_hidden) | coef (n_hidden) | x (dim) | grad_x (dim)]
 
     def __init__(self, str activation, weights, bias, output_weights, double offset,
                  gamma=None, input_transform=None, input_mean=None):
         arrays = [np.ascontiguousarray(a, dtype=np.float64) if a is not None else None
                   for a in (weights, bias, output_weights, gamma, input_transform, input_mean)]
         weights, bias, output_weights, gamma, input_transform, input_mean = arrays
-        super().__init__(weights.shape[1])
+        super().__init__(weights.shape[1], 2 * weights.shape[0] + 2 * weights.shape[1])
         if activation not in ACTIVATIONS:
             raise ValueError(f"unknown activation {activation!r}")
         self.activation = activation
@@ -156,15 +152,6 @@ cdef class NetworkTarget(CTarget):
             if input_transform.shape != (self.dim, self.dim) or input_mean.shape != (self.dim,):
                 raise ValueError("inconsistent input transform shapes")
             self.A, self.mean = input_transform, input_mean
-        self.pre = np.empty(self.n_hidden)
-        self.coef = np.empty(self.n_hidden)
-        self.x = np.empty(self.dim)
-        self.grad_x = np.empty(self.dim)
-
-    def spawn(self):
-        weights, bias, output_weights, gamma, input_transform, input_mean = self._arrays
-        return NetworkTarget(self.activation, weights, bias, output_weights, self.offset, gamma,
-                             input_transform, input_mean)
 
     def __reduce__(self):
         weights, bias, output_weights, gamma, input_transform, input_mean = self._arrays
@@ -173,61 +160,65 @@ cdef class NetworkTarget(CTarget):
 
     # ------------------------------------------------------------------------------------------
 
-    cdef const double* inputs(self, const double* q) noexcept nogil:
+    cdef const double* inputs(self, const double* q, double* scratch) noexcept nogil:
         """x for q: q itself, or A (q - mean) in scratch."""
         cdef Py_ssize_t k
+        cdef double* x = scratch + 2 * self.n_hidden
         if not self.transformed:
             return q
         for k in range(self.dim):
-            self.x[k] = q[k] - self.mean[k]
-        _trmv(RowMajor, Lower, NoTrans, <int> self.dim, &self.A[0, 0], <int> self.dim,
-              &self.x[0], 1)
-        return &self.x[0]
+            x[k] = q[k] - self.mean[k]
+        _trmv(RowMajor, Lower, NoTrans, <int> self.dim, &self.A[0, 0], <int> self.dim, x, 1)
+        return x
 
-    cdef void pre_activations(self, const double* x) noexcept nogil:
+    cdef double* pre_activations(self, const double* x, double* scratch) noexcept nogil:
+        """The pre-activations, into the head of scratch (returned)."""
         cdef Py_ssize_t i
         cdef int s = <int> self.n_hidden, d = <int> self.dim
         cdef double half_sq
-        _gemv(RowMajor, NoTrans, s, d, 1.0, &self.W[0, 0], d, x, 1, 0.0, &self.pre[0], 1)
+        cdef double* pre = scratch
+        _gemv(RowMajor, NoTrans, s, d, 1.0, &self.W[0, 0], d, x, 1, 0.0, pre, 1)
         if self.rbf:
             half_sq = 0.5 * _dot(d, x, 1, x, 1)
             for i in range(self.n_hidden):
-                self.pre[i] += self.bias[i] - self.gamma[i] * half_sq
+                pre[i] += self.bias[i] - self.gamma[i] * half_sq
         else:
             for i in range(self.n_hidden):
-                self.pre[i] += self.bias[i]
+                pre[i] += self.bias[i]
+        return pre
 
-    cdef void gradient_from_coef(self, const double* x, double* grad) noexcept nogil:
-        """grad = dz/dq from coef = v * a'(pre)."""
+    cdef void gradient_at(self, const double* x, double* grad, double* scratch) noexcept nogil:
+        """grad = dz/dq from the pre-activations in scratch (through coef = v * a'(pre))."""
         cdef int s = <int> self.n_hidden, d = <int> self.dim
         cdef Py_ssize_t k
-        cdef double* out = &self.grad_x[0] if self.transformed else grad
-        _gemv(RowMajor, Trans, s, d, 1.0, &self.W[0, 0], d, &self.coef[0], 1, 0.0, out, 1)
+        cdef double* coef = scratch + self.n_hidden
+        cdef double* out = scratch + 2 * self.n_hidden + self.dim if self.transformed else grad
+        weighted_slopes(self.kind, scratch, &self.v[0], self.n_hidden, coef)
+        _gemv(RowMajor, Trans, s, d, 1.0, &self.W[0, 0], d, coef, 1, 0.0, out, 1)
         if self.rbf:
-            _axpy(d, -_dot(s, &self.gamma[0], 1, &self.coef[0], 1), x, 1, out, 1)
+            _axpy(d, -_dot(s, &self.gamma[0], 1, coef, 1), x, 1, out, 1)
         if self.transformed:  # dz/dq = A^T dz/dx
             _trmv(RowMajor, Lower, Trans, d, &self.A[0, 0], d, out, 1)
             for k in range(self.dim):
                 grad[k] = out[k]
 
-    cdef int potential(self, const double* q, double* U) except -1 nogil:
-        self.pre_activations(self.inputs(q))
-        U[0] = weighted_values(self.kind, &self.pre[0], &self.v[0], self.n_hidden) + self.offset
+    cdef int potential(self, const double* q, double* U, double* scratch) except -1 nogil:
+        cdef double* pre = self.pre_activations(self.inputs(q, scratch), scratch)
+        U[0] = weighted_values(self.kind, pre, &self.v[0], self.n_hidden) + self.offset
         return 0
 
-    cdef int gradient(self, const double* q, double* grad) except -1 nogil:
-        cdef const double* x = self.inputs(q)
-        self.pre_activations(x)
-        weighted_slopes(self.kind, &self.pre[0], &self.v[0], self.n_hidden, &self.coef[0])
-        self.gradient_from_coef(x, grad)
+    cdef int gradient(self, const double* q, double* grad, double* scratch) except -1 nogil:
+        cdef const double* x = self.inputs(q, scratch)
+        self.pre_activations(x, scratch)
+        self.gradient_at(x, grad, scratch)
         return 0
 
-    cdef int potential_and_gradient(self, const double* q, double* U, double* grad) except -1 nogil:
-        cdef const double* x = self.inputs(q)
-        self.pre_activations(x)
-        U[0] = weighted_values(self.kind, &self.pre[0], &self.v[0], self.n_hidden) + self.offset
-        weighted_slopes(self.kind, &self.pre[0], &self.v[0], self.n_hidden, &self.coef[0])
-        self.gradient_from_coef(x, grad)
+    cdef int potential_and_gradient(self, const double* q, double* U, double* grad,
+                                    double* scratch) except -1 nogil:
+        cdef const double* x = self.inputs(q, scratch)
+        cdef double* pre = self.pre_activations(x, scratch)
+        U[0] = weighted_values(self.kind, pre, &self.v[0], self.n_hidden) + self.offset
+        self.gradient_at(x, grad, scratch)
         return 0
 
     # ------------------------------------------------------------------------------------------
@@ -237,10 +228,11 @@ cdef class NetworkTarget(CTarget):
         """z at each row of Q (ndarray of shape (N, dim)) -> ndarray of shape (N,)."""
         out = np.empty(Q.shape[0])
         cdef double[::1] o = out
+        cdef double[::1] scratch = self.new_scratch()
         cdef Py_ssize_t j
         with nogil:
             for j in range(Q.shape[0]):
-                self.potential(&Q[j, 0], &o[j])
+                self.potential(&Q[j, 0], &o[j], &scratch[0])
         return out
 
     def time_matvecs(self, Py_ssize_t repeats):
@@ -251,12 +243,13 @@ cdef class NetworkTarget(CTarget):
         cdef Py_ssize_t i
         x = np.ones(self.dim)
         cdef double[::1] xv = x
+        cdef double[::1] pre = np.empty(self.n_hidden)
         start = perf_counter()
         with nogil:
             for i in range(repeats):
                 _gemv(RowMajor, NoTrans, s, d, 1.0, &self.W[0, 0], d, &xv[0], 1, 0.0,
-                      &self.pre[0], 1)
-                _gemv(RowMajor, Trans, s, d, 1.0, &self.W[0, 0], d, &self.pre[0], 1, 0.0,
+                      &pre[0], 1)
+                _gemv(RowMajor, Trans, s, d, 1.0, &self.W[0, 0], d, &pre[0], 1, 0.0,
                       &xv[0], 1)
                 xv[0] = 1.0
         return (perf_counter() - start) / max(repeats, 1)
@@ -264,9 +257,11 @@ cdef class NetworkTarget(CTarget):
     def hessian(self, q):
         """The Hessian of z at q: ndarray of shape (dim, dim)."""
         cdef double[::1] qv = self._checked_point(q)
-        cdef const double* x = self.inputs(&qv[0])
-        self.pre_activations(x)
-        pre = np.asarray(self.pre).copy()
+        scratch_array = self.new_scratch()
+        cdef double[::1] scratch = scratch_array
+        cdef const double* x = self.inputs(&qv[0], &scratch[0])
+        self.pre_activations(x, &scratch[0])
+        pre = scratch_array[:self.n_hidden].copy()
         xa = np.array(<const double[:self.dim]> x)
         _, slopes, curvatures = activations(self.activation, pre, slopes=True, curvatures=True)
         W = np.asarray(self._arrays[0])

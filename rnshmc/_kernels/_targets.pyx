@@ -1,6 +1,4 @@
 """The C-level target interface and the wrapper around Python callables."""
-from libc.stdlib cimport malloc, free
-
 import numpy as np
 
 
@@ -8,41 +6,36 @@ cdef class CTarget:
     """Base class of every target whose potential can be evaluated from C.
 
     Subclasses implement ``potential`` and ``potential_and_gradient`` as ``nogil`` C methods on
-    raw pointers to ``dim`` doubles. The ``def`` methods below are the Python entry points
-    (validation, copies), used by the model front ends and the tests.
+    raw pointers to ``dim`` doubles, using only the caller's ``scratch`` (``scratch_size``
+    doubles) for intermediate results: a target is immutable once built, so it is safe to
+    share between threads. The ``def`` methods below are the Python entry points (validation,
+    a fresh scratch buffer per call), used by the model front ends and the tests.
     """
 
-    def __init__(self, Py_ssize_t dim):
+    def __init__(self, Py_ssize_t dim, Py_ssize_t scratch_size=0):
         if dim < 1:
             raise ValueError(f"dim must be a positive integer, got {dim}")
         self.dim = dim
+        # the fallback potential below keeps a gradient after the subclass's own scratch
+        self.scratch_size = scratch_size + dim
 
-    cdef int potential(self, const double* q, double* U) except -1 nogil:
+    cdef int potential(self, const double* q, double* U, double* scratch) except -1 nogil:
         # Fallback for targets without a cheaper density-only path.
-        cdef double* grad = <double*> malloc(self.dim * sizeof(double))
-        if grad == NULL:
-            with gil:
-                raise MemoryError()
-        try:
-            return self.potential_and_gradient(q, U, grad)
-        finally:
-            free(grad)
+        return self.potential_and_gradient(q, U, scratch + self.scratch_size - self.dim, scratch)
 
-    cdef int potential_and_gradient(self, const double* q, double* U, double* grad) except -1 nogil:
+    cdef int potential_and_gradient(self, const double* q, double* U, double* grad,
+                                    double* scratch) except -1 nogil:
         with gil:
             raise NotImplementedError(f"{type(self).__name__} does not implement a gradient")
 
-    cdef int gradient(self, const double* q, double* grad) except -1 nogil:
+    cdef int gradient(self, const double* q, double* grad, double* scratch) except -1 nogil:
         # Fallback for targets whose gradient costs as much as potential and gradient together.
         cdef double U
-        return self.potential_and_gradient(q, &U, grad)
+        return self.potential_and_gradient(q, &U, grad, scratch)
 
-    def spawn(self):
-        """A copy safe to use from another thread at the same time (shares read-only data).
-
-        Stateless targets return ``self``; targets with scratch buffers override this.
-        """
-        return self
+    def new_scratch(self):
+        """A scratch buffer for one caller (ndarray of ``scratch_size`` doubles, at least 1)."""
+        return np.empty(max(self.scratch_size, 1))
 
     def time_evaluations(self, q, Py_ssize_t repeats, str what="potential_and_gradient"):
         """Seconds per evaluation at ``q``, timed over ``repeats`` calls from C (for
@@ -51,17 +44,18 @@ cdef class CTarget:
         cdef int kind = {"potential_and_gradient": 0, "gradient": 1, "potential": 2}[what]
         cdef double[::1] qv = self._checked_point(q)
         cdef double[::1] g = np.empty(self.dim)
+        cdef double[::1] scratch = self.new_scratch()
         cdef double U
         cdef Py_ssize_t i
         start = perf_counter()
         with nogil:
             for i in range(repeats):
                 if kind == 0:
-                    self.potential_and_gradient(&qv[0], &U, &g[0])
+                    self.potential_and_gradient(&qv[0], &U, &g[0], &scratch[0])
                 elif kind == 1:
-                    self.gradient(&qv[0], &g[0])
+                    self.gradient(&qv[0], &g[0], &scratch[0])
                 else:
-                    self.potential(&qv[0], &U)
+                    self.potential(&qv[0], &U, &scratch[0])
         return (perf_counter() - start) / max(repeats, 1)
 
     def _checked_point(self, q):
@@ -73,8 +67,10 @@ cdef class CTarget:
     def eval_potential(self, q):
         """U(q) = -log density at ``q`` (ndarray of shape (dim,))."""
         cdef double[::1] qv = self._checked_point(q)
+        cdef double[::1] scratch = self.new_scratch()
         cdef double U = 0.0
-        self.potential(&qv[0], &U)
+        with nogil:
+            self.potential(&qv[0], &U, &scratch[0])
         return U
 
     def eval_gradient(self, q):
@@ -82,7 +78,9 @@ cdef class CTarget:
         cdef double[::1] qv = self._checked_point(q)
         grad = np.empty(self.dim)
         cdef double[::1] g = grad
-        self.gradient(&qv[0], &g[0])
+        cdef double[::1] scratch = self.new_scratch()
+        with nogil:
+            self.gradient(&qv[0], &g[0], &scratch[0])
         return grad
 
     def eval_potential_and_gradient(self, q):
@@ -90,8 +88,10 @@ cdef class CTarget:
         cdef double[::1] qv = self._checked_point(q)
         grad = np.empty(self.dim)
         cdef double[::1] g = grad
+        cdef double[::1] scratch = self.new_scratch()
         cdef double U = 0.0
-        self.potential_and_gradient(&qv[0], &U, &g[0])
+        with nogil:
+            self.potential_and_gradient(&qv[0], &U, &g[0], &scratch[0])
         return U, grad
 
 
@@ -122,7 +122,7 @@ cdef class PyCallableTarget(CTarget):
         # picklable when the callables are (for process pools)
         return (PyCallableTarget, (self.dim, self._logp, self._logp_and_grad))
 
-    cdef int potential(self, const double* q, double* U) except -1 nogil:
+    cdef int potential(self, const double* q, double* U, double* scratch) except -1 nogil:
         with gil:
             qa = np.array(<double[:self.dim]> q)  # a fresh array: the callable may keep it
             if self._logp is not None:
@@ -131,7 +131,8 @@ cdef class PyCallableTarget(CTarget):
                 U[0] = -float(self._logp_and_grad(qa)[0])
         return 0
 
-    cdef int potential_and_gradient(self, const double* q, double* U, double* grad) except -1 nogil:
+    cdef int potential_and_gradient(self, const double* q, double* U, double* grad,
+                                    double* scratch) except -1 nogil:
         cdef Py_ssize_t i
         cdef double[::1] g
         with gil:

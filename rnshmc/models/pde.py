@@ -233,7 +233,7 @@ class EllipticPDE:
         self.noise_sd = float(noise_sd)
         self.prior_sd = float(prior_sd)
         self._ctarget = EllipticPDETarget(
-            solver._system.spawn(), np.ascontiguousarray(basis.T), operator.indptr.astype(np.intp),
+            solver._system, np.ascontiguousarray(basis.T), operator.indptr.astype(np.intp),
             solver._ext[operator.indices].astype(np.intp), operator.data.astype(np.float64),
             observations, self.noise_sd, self.prior_sd)
 

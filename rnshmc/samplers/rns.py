@@ -5,17 +5,18 @@ import warnings
 
 import numpy as np
 
-from .._kernels._hmc import HMCKernel
 from ..surrogate import RandomNetworkSurrogate
-from .hmc import HMC, _Buffers, _Progress, _positive_int
+from ..validation import check_integer, check_real
+from ..targets import target_dim
+from .driver import ChainSampler, Phase
 
 __all__ = ["RNSHMC"]
 
 
-class RNSHMC(HMC):
+class RNSHMC(ChainSampler):
     """HMC whose trajectories follow a random-network surrogate of the potential.
 
-    Three phases per chain:
+    Three phases per chain (named ``"exploration"``, ``"training"``, ``"sampling"``):
 
     1. **exploration**: exact HMC (step size and mass matrix adapted here unless given), whose
        chain states, with their potentials and gradients, are recorded;
@@ -41,7 +42,8 @@ class RNSHMC(HMC):
         anyway). Default 1; 0 fits values only, as the papers do. On the authors' elliptic PDE
         (s = 1000, 4000 training states) whitening and gradients raised the acceptance from
         0.75 to 0.82 and min ESS from 2577 to 3664 of 5000 draws.
-    step_size, n_steps, jitter, mass_matrix, adapt_mass_matrix, target_accept, max_energy_error
+    step_size, n_steps, jitter, mass_matrix, inverse_mass_matrix, adapt_mass_matrix, \
+target_accept, max_energy_error
         As for :class:`~rnshmc.HMC`; the step size and mass matrix of the exploration are kept
         for sampling.
     surrogate_n_steps : int, "auto" or None
@@ -73,33 +75,37 @@ class RNSHMC(HMC):
     name = "RNS-HMC"
     PILOT_ITERATIONS = 100
     PILOT_FACTORS = (1, 2, 4, 8)
+    PHASES = {"exploration": Phase(adapt=True, keep=("samples", "records", "gradients")),
+              "training": Phase(),
+              "sampling": Phase(keep=("samples", "records"))}
 
     def __init__(self, target, n_hidden=1000, nodes="additive", activation="softplus",
                  ridge=1e-6, step_size=None, n_steps=10, jitter=True, n_explore=None,
                  n_train=None, delayed_acceptance=False, whiten=True, gradient_weight=1.0,
                  weight_scale=None, surrogate_n_steps=None, mass_matrix=None,
-                 adapt_mass_matrix=None, target_accept=0.8, max_energy_error=1000.0):
+                 inverse_mass_matrix=None, adapt_mass_matrix=None, target_accept=0.8,
+                 max_energy_error=1000.0):
         super().__init__(target, step_size=step_size, n_steps=n_steps, jitter=jitter,
-                         mass_matrix=mass_matrix, adapt_mass_matrix=adapt_mass_matrix,
-                         target_accept=target_accept, max_energy_error=max_energy_error)
-        self.n_hidden = _positive_int(n_hidden, "n_hidden")
-        if not (np.isfinite(gradient_weight) and gradient_weight >= 0):
-            raise ValueError(f"gradient_weight must be finite and >= 0, got {gradient_weight!r}")
+                         mass_matrix=mass_matrix, inverse_mass_matrix=inverse_mass_matrix,
+                         adapt_mass_matrix=adapt_mass_matrix, target_accept=target_accept,
+                         max_energy_error=max_energy_error)
+        self.n_hidden = check_integer(n_hidden, "n_hidden", minimum=1)
+        self.gradient_weight = check_real(gradient_weight, "gradient_weight", lower=0.0,
+                                          lower_inclusive=True)
         self.surrogate_options = dict(n_hidden=self.n_hidden, nodes=nodes, activation=activation,
                                       ridge=ridge, weight_scale=weight_scale, whiten=whiten)
-        if getattr(target, "dim", None) is not None:
+        dim = target_dim(target) if hasattr(target, "dim") else None
+        if dim is not None:
             # validate the surrogate options now rather than after the exploration
-            RandomNetworkSurrogate(int(target.dim), **dict(self.surrogate_options, n_hidden=1))
-        self.gradient_weight = float(gradient_weight)
+            RandomNetworkSurrogate(dim, **dict(self.surrogate_options, n_hidden=1))
         if surrogate_n_steps is None:
             surrogate_n_steps = self.n_steps
-        elif surrogate_n_steps != "auto":
-            surrogate_n_steps = _positive_int(surrogate_n_steps, "surrogate_n_steps")
+        elif not (isinstance(surrogate_n_steps, str) and surrogate_n_steps == "auto"):
+            surrogate_n_steps = check_integer(surrogate_n_steps, "surrogate_n_steps", minimum=1)
         self.surrogate_n_steps = surrogate_n_steps
-        self.n_explore = None if n_explore is None else _positive_int(n_explore, "n_explore", 2)
-        self.n_train = None if n_train is None else _positive_int(n_train, "n_train")
+        self.n_explore = None if n_explore is None else check_integer(n_explore, "n_explore", 2)
+        self.n_train = None if n_train is None else check_integer(n_train, "n_train", 1)
         self.delayed_acceptance = bool(delayed_acceptance)
-        self.surrogates_ = []
 
     def sample(self, draws=1000, tune=1000, chains=1, rng=None, init=None, progress=True,
                pool=None):
@@ -120,106 +126,145 @@ class RNSHMC(HMC):
             The keys of :meth:`rnshmc.HMC.sample` (``n_density_evals`` and
             ``n_gradient_evals`` count exact evaluations of the target over all phases), plus
             ``n_density_evals_explore``, ``n_density_evals_sampling``,
-            ``n_surrogate_gradient_evals``, ``surrogate_n_steps`` (per chain), ``n_train``, ``fit_residual`` (RMS misfit of the
-            training values), ``gradient_residual``, ``exploration_acceptance_rate`` (over the
-            training window), and ``timings`` with ``"tune"`` (exploration), ``"train"`` and
-            ``"sampling"``. The fitted surrogates are kept in ``self.surrogates_``.
+            ``n_surrogate_gradient_evals``, ``surrogate_n_steps`` (per chain), ``n_train``,
+            ``fit_residual`` (RMS misfit of the training values), ``gradient_residual``,
+            ``exploration_acceptance_rate`` (over the training window), ``surrogate`` (per
+            chain, the fitted surrogate as arrays: :meth:`fitted_surrogates` rebuilds them),
+            and ``timings`` with ``"tune"`` (exploration), ``"train"`` and ``"sampling"``.
         """
+        return super().sample(draws=draws, tune=tune, chains=chains, rng=rng, init=init,
+                              progress=progress, pool=pool)
+
+    @staticmethod
+    def fitted_surrogates(result):
+        """The fitted :class:`~rnshmc.RandomNetworkSurrogate` of each chain of a result."""
+        return [RandomNetworkSurrogate.from_state(state) for state in result["surrogate"]]
+
+    # ------------------------------------------------------------------------------------------
+    # the plan
+
+    def plan(self, draws, tune):
         n_explore = tune if self.n_explore is None else self.n_explore
-        n_explore = _positive_int(n_explore, "tune (exploration iterations)", minimum=2)
+        n_explore = check_integer(n_explore, "tune (exploration iterations)", minimum=2)
         n_train = n_explore - n_explore // 5 if self.n_train is None else self.n_train
         if n_train > n_explore:
             raise ValueError(f"n_train ({n_train}) exceeds the exploration length ({n_explore})")
-        self._n_train_now = n_train
-        return super().sample(draws=draws, tune=n_explore, chains=chains, rng=rng, init=init,
-                              progress=progress, pool=pool)
+        return [["exploration", n_explore], ["training", 0], ["sampling", draws]]
+
+    def phase_spec(self, name):
+        return self.PHASES[name]
+
+    def make_chain(self, name, state, ctarget):
+        if name == "exploration":
+            return self.new_chain(ctarget, state)
+        if name == "sampling":
+            surrogate = RandomNetworkSurrogate.from_state(state.extras["surrogate"])
+            return self.new_chain(surrogate._ctarget, state, test=ctarget,
+                                  delayed_acceptance=self.delayed_acceptance)
+        return None
+
+    def begin_phase(self, name, chain, state, generator):
+        if name == "exploration":
+            super().begin_phase(name, chain, state, generator)
+            self.start_adaptation(chain, state, generator)
+        elif name == "training":
+            self._train(state, generator)
+        else:
+            self._start_sampling(chain, state)
+
+    def trajectory(self, name, state):
+        if name == "sampling":
+            return state.extras["surrogate_n_steps"], self.jitter
+        return self.n_steps, self.jitter
 
     # ------------------------------------------------------------------------------------------
 
-    def _run_chain(self, task):
-        ctarget, generator, init, inverse_mass, draws, tune, progress, chain = task
-        explorer = self._make_kernel(ctarget)
-        explorer.set_inverse_mass(inverse_mass)
-        explorer.set_position(init)
-        bar = _Progress(progress, tune + draws, f"{self.name} chain {chain}")
-        timings = {}
-        try:
-            start = time.perf_counter()
-            history = _Buffers(tune, explorer.dim, gradients=True)
-            step_size, inverse_mass = self._tune(explorer, generator, tune, inverse_mass, bar,
-                                                 record=history)
-            timings["tune"] = time.perf_counter() - start
+    def _training_window(self, state):
+        n_explore = state.phases[0][1]
+        n_train = n_explore - n_explore // 5 if self.n_train is None else self.n_train
+        return slice(n_explore - n_train, n_explore)
 
-            start = time.perf_counter()
-            window = slice(tune - self._n_train_now, tune)  # the training states
-            surrogate = self._fit_surrogate(history, window, generator)
+    def _train(self, state, generator):
+        """Fit the surrogate to the exploration's last states (and choose the sampling
+        trajectory length if asked)."""
+        history = state.outputs["exploration"]
+        window = self._training_window(state)
+        accepted = history["records"]["accepted"][window]
+        if not accepted.any():
+            raise RuntimeError(
+                f"{self.name} chain {state.chain}: the exact-HMC exploration accepted no move in "
+                f"its last {accepted.size} iterations, so there is nothing to fit a surrogate "
+                "to. Its step size or mass matrix is unsuitable: give a smaller step_size, a "
+                "longer exploration, or let the exploration adapt (step_size=None).")
+        surrogate = RandomNetworkSurrogate(state.dim, rng=generator.spawn(1)[0],
+                                           **self.surrogate_options)
+        gradients = history["gradients"][window] if self.gradient_weight > 0 else None
+        surrogate.fit(history["samples"][window], -history["records"]["log_density"][window],
+                      gradients=gradients, gradient_weight=self.gradient_weight)
+        state.extras["surrogate"] = surrogate.get_state()
+        state.extras["exploration_acceptance_rate"] = float(accepted.mean())
+        n_steps = self.surrogate_n_steps
+        state.evals["training"] = [0, 0]
+        if n_steps == "auto":
+            n_steps = self._choose_n_steps(state, generator)
+        state.extras["surrogate_n_steps"] = n_steps
 
-            sampler = HMCKernel(surrogate._ctarget, ctarget, max_energy_error=self.max_energy_error,
-                                delayed_acceptance=self.delayed_acceptance)
-            sampler.set_inverse_mass(inverse_mass)
-            sampler.set_position(explorer.position)
-            n_steps = self.surrogate_n_steps
-            if n_steps == "auto":
-                n_steps = self._choose_n_steps(sampler, generator, step_size, inverse_mass)
-            timings["train"] = time.perf_counter() - start
-            pilot_evals = sampler.n_density_evals, sampler.n_gradient_evals
-            out = _Buffers(draws, explorer.dim)
-            start = time.perf_counter()
-            self._run_in_chunks(sampler, generator, draws, step_size, bar, out, n_steps=n_steps)
-            timings["sampling"] = time.perf_counter() - start
-        finally:
-            bar.close()
-        return dict(out=out, step_size=step_size, inverse_mass=inverse_mass, timings=timings,
-                    n_density_evals=explorer.n_density_evals + sampler.n_density_evals,
-                    n_gradient_evals=explorer.n_gradient_evals,
-                    n_density_evals_explore=explorer.n_density_evals + pilot_evals[0],
-                    n_density_evals_sampling=sampler.n_density_evals - pilot_evals[0],
-                    n_gradient_evals_sampling=0,
-                    n_surrogate_gradient_evals=sampler.n_gradient_evals - pilot_evals[1],
-                    surrogate_n_steps=n_steps,
-                    exploration_acceptance_rate=float(history.accepted[window].mean()),
-                    surrogate=surrogate, chain=chain)
+    def _start_sampling(self, chain, state):
+        """Continue from the exploration's last state on the surrogate's dynamics; the exact
+        evaluation there counts to training (as the pilot runs' do)."""
+        chain.set_position(state.kernel["position"])
+        chain.step_size = state.kernel["step_size"]
+        state.evals["training"][0] += chain.n_density_evals
+        chain.n_density_evals = chain.n_gradient_evals = 0
 
-    def _choose_n_steps(self, sampler, generator, step_size, inverse_mass):
+    def _choose_n_steps(self, state, generator):
         """The sampling phase's number of steps by pilot runs (see ``surrogate_n_steps``)."""
-        scale = np.ones(sampler.dim) if inverse_mass is None else np.asarray(inverse_mass)
+        from .._kernels._transition import TRANSITION
+        from ..targets import as_ctarget
+        pilot_chain = self.make_chain("sampling", state, as_ctarget(self.target, state.dim))
+        pilot_chain.set_position(state.kernel["position"])
+        pilot_chain.step_size = state.kernel["step_size"]
+        scale = np.ones(state.dim) if state.inverse_mass is None else np.asarray(state.inverse_mass)
         scale = np.diag(scale) if scale.ndim == 2 else scale  # jumps in units of the scales
-        pilot = _Buffers(self.PILOT_ITERATIONS, sampler.dim)
+        samples = np.empty((self.PILOT_ITERATIONS, state.dim))
+        records = np.empty(self.PILOT_ITERATIONS, TRANSITION)
         best, best_score = self.n_steps, -np.inf
         for factor in self.PILOT_FACTORS:
             n_steps = self.n_steps * factor
-            previous = sampler.position
+            previous = pilot_chain.position
             start = time.perf_counter()
-            sampler.run(generator, self.PILOT_ITERATIONS, step_size, n_steps, self.jitter,
-                        *pilot.rows(0, self.PILOT_ITERATIONS))
+            pilot_chain.run(generator, self.PILOT_ITERATIONS, n_steps, self.jitter, samples, records)
             seconds = time.perf_counter() - start
-            path = np.vstack([previous, pilot.samples])
+            path = np.vstack([previous, samples])
             jump = np.mean(np.sum(np.diff(path, axis=0) ** 2 / scale, axis=1))
             if jump / seconds > best_score:
                 best, best_score = n_steps, jump / seconds
+        state.evals["training"][0] += pilot_chain.n_density_evals
         return best
 
-    def _fit_surrogate(self, history, window, generator):
-        surrogate = RandomNetworkSurrogate(history.samples.shape[1], rng=generator.spawn(1)[0],
-                                           **self.surrogate_options)
-        gradients = history.gradients[window] if self.gradient_weight > 0 else None
-        return surrogate.fit(history.samples[window], -history.log_density[window],
-                             gradients=gradients, gradient_weight=self.gradient_weight)
+    # ------------------------------------------------------------------------------------------
 
-    def _combine(self, runs):
-        result = super()._combine(runs)
-        self.surrogates_ = [r["surrogate"] for r in runs]
-        for key in ("n_density_evals_explore", "n_surrogate_gradient_evals",
-                    "surrogate_n_steps"):
-            result[key] = np.array([r[key] for r in runs], dtype=np.int64)
-        result["exploration_acceptance_rate"] = np.array(
-            [r["exploration_acceptance_rate"] for r in runs])
-        result["n_train"] = np.array([s.n_train_ for s in self.surrogates_], dtype=np.int64)
-        result["fit_residual"] = np.array([s.fit_residual_ for s in self.surrogates_])
+    def result(self, states):
+        result = super().result(states)
+        per_chain = lambda f, dtype=None: np.array([f(s) for s in states], dtype=dtype)
+        result["n_density_evals_explore"] = per_chain(
+            lambda s: s.evals["exploration"][0] + s.evals["training"][0], np.int64)
+        result["n_gradient_evals"] = per_chain(lambda s: s.evals["exploration"][1], np.int64)
+        result["n_density_evals"] = (result["n_density_evals_explore"]
+                                     + result["n_density_evals_sampling"])
+        result["n_surrogate_gradient_evals"] = result["n_gradient_evals_sampling"]
+        result["n_gradient_evals_sampling"] = np.zeros(len(states), dtype=np.int64)
+        result["surrogate_n_steps"] = per_chain(lambda s: s.extras["surrogate_n_steps"], np.int64)
+        result["exploration_acceptance_rate"] = per_chain(
+            lambda s: s.extras["exploration_acceptance_rate"])
+        surrogates = [s.extras["surrogate"] for s in states]
+        result["n_train"] = np.array([s["n_train_"] for s in surrogates], dtype=np.int64)
+        result["fit_residual"] = np.array([s["fit_residual_"] for s in surrogates])
         result["gradient_residual"] = np.array(
-            [np.nan if s.gradient_residual_ is None else s.gradient_residual_
-             for s in self.surrogates_])
+            [np.nan if s["gradient_residual_"] is None else s["gradient_residual_"]
+             for s in surrogates])
         result["delayed_acceptance"] = self.delayed_acceptance
+        result["surrogate"] = surrogates
         self._warn_if_acceptance_collapsed(result)
         return result
 

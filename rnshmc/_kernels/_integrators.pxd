@@ -1,0 +1,25 @@
+# Integrators: map (q, p) with the gradient cached at q to a proposal, reporting what happened.
+from ._metrics cimport Metric
+from ._targets cimport CTarget
+
+cdef struct TrajectoryInfo:
+    Py_ssize_t n_steps          # steps taken (fewer than asked if the trajectory diverged)
+    Py_ssize_t n_gradients      # gradient evaluations of the target
+    bint diverged               # a non-finite gradient or end potential
+    bint converged              # implicit solves converged (always True for explicit ones)
+    double residual             # largest final residual of an implicit solve (0 if explicit)
+    Py_ssize_t iterations       # fixed-point iterations of the implicit solves (0 if explicit)
+    double log_jacobian         # log |det d(proposal)/d(start)|: 0 for symplectic maps
+
+cdef class Integrator:
+    # Integrate n_steps of step_size from (q, p) in place; grad holds the target's gradient at
+    # q on entry and at the end point on return; v is scratch for the velocity. U_end gets the
+    # end potential if want_potential (else NaN), kinetic_end the end kinetic energy; both +inf
+    # on divergence.
+    cdef int run(self, CTarget target, Metric metric, double* scratch, double* q, double* p,
+                 double* grad, double* v, double step_size, Py_ssize_t n_steps,
+                 bint want_potential, double* U_end, double* kinetic_end,
+                 TrajectoryInfo* info) except -1 nogil
+
+cdef class Leapfrog(Integrator):
+    pass

@@ -1,0 +1,481 @@
+"""One chain's transitions in C: momentum draw, trajectory, acceptance step, and the in-loop
+warm-up adaptation (dual averaging of the step size, running variance of the positions).
+
+A ``Chain`` composes the transition parts: a *metric* (``_metrics``), an *integrator*
+(``_integrators``) and the acceptance step below, over two targets in two roles: the
+*dynamics* target drives the integrator, the *test* target's potential enters the Metropolis
+test. For plain HMC they are the same object and the test potential is the one computed with
+the last gradient (no extra evaluation). For a surrogate sampler the dynamics are the
+surrogate's and the test target is evaluated once per transition (density only), or, with
+delayed acceptance, only for proposals that pass a first test on the surrogate's energy.
+
+The acceptance step takes the log-Jacobian of the proposal map (zero for symplectic
+integrators, not for L2HMC's learned leapfrog), and a proposal whose implicit solves did not
+converge is a counted rejection (never accepted: the map would not be reversible).
+
+Delayed acceptance (Christen and Fox 2005) is exact because the surrogate flow with the
+momentum flip is a deterministic, volume-preserving involution for each number of steps: stage
+1 accepts with min(1, exp(-dH_dyn)), stage 2 with min(1, exp(-(dH - dH_dyn))), so the product
+satisfies detailed balance for exp(-H).
+
+The chain owns every mutable buffer (state, proposal, scratch of both targets), so targets can
+be shared between threads. ``run`` performs many transitions in one ``nogil`` block and writes
+one ``TRANSITION`` record per transition.
+"""
+from libc.math cimport exp, log, pow, sqrt, isfinite, INFINITY, NAN
+from libc.stdint cimport int64_t
+from libc.string cimport memcpy
+
+import numpy as np
+
+from ._integrators cimport Integrator, TrajectoryInfo
+from ._metrics cimport Metric
+from ._random cimport bitgen_t, get_bitgen, random_standard_uniform, random_interval
+from ._targets cimport CTarget
+
+# One record per transition (a C struct; the NumPy dtype below has the same layout).
+cdef struct Transition:
+    double log_density       # of the test target at the chain's state after the transition
+    double accept_prob       # the Metropolis acceptance probability (product of both stages)
+    double energy            # H of the state after the transition (test target's potential)
+    double step_size         # the step size used
+    int64_t n_steps          # integrator steps taken
+    int64_t solver_iterations
+    unsigned char accepted
+    unsigned char diverging
+    unsigned char solver_failed
+
+TRANSITION = np.dtype([
+    ("log_density", "f8"), ("accept_prob", "f8"), ("energy", "f8"), ("step_size", "f8"),
+    ("n_steps", "i8"), ("solver_iterations", "i8"), ("accepted", "u1"), ("diverging", "u1"),
+    ("solver_failed", "u1")], align=True)
+
+
+cdef struct DualAveraging:
+    # Nesterov dual averaging of log(step size) (Hoffman and Gelman 2014), Stan's constants
+    double target_accept, gamma, t0, kappa
+    double mu, log_step, log_step_bar, error_sum
+    int64_t count
+
+DUAL_AVERAGING_FIELDS = ("target_accept", "gamma", "t0", "kappa", "mu", "log_step",
+                         "log_step_bar", "error_sum", "count")
+
+
+cdef inline double dual_averaging_update(DualAveraging* da, double accept_prob) noexcept nogil:
+    """Feed one acceptance probability; returns the next step size."""
+    cdef double t, weight
+    da.count += 1
+    t = <double> da.count
+    da.error_sum += da.target_accept - accept_prob
+    da.log_step = da.mu - sqrt(t) / da.gamma * da.error_sum / (t + da.t0)
+    weight = pow(t, -da.kappa)
+    da.log_step_bar = weight * da.log_step + (1.0 - weight) * da.log_step_bar
+    return exp(da.log_step)
+
+
+cdef class Chain:
+    """State and transitions of one chain (internal; the samplers build it).
+
+    Parameters
+    ----------
+    dynamics : CTarget
+        Target whose gradient drives the integrator.
+    test : CTarget or None
+        Target whose potential enters the Metropolis test; None means ``dynamics``.
+    metric : Metric
+        This chain's metric (not shared: warm-up adapts it).
+    integrator : Integrator
+    max_energy_error : float
+        A proposal whose energy error exceeds this (or is not finite) is rejected and recorded
+        as a divergence.
+    delayed_acceptance : bool
+        The two-stage test (needs a test target other than the dynamics target).
+    """
+    cdef readonly CTarget dynamics
+    cdef readonly CTarget test
+    cdef readonly Metric metric
+    cdef readonly Integrator integrator
+    cdef bint same_target
+    cdef readonly bint delayed_acceptance
+    cdef bint need_dynamics_potential
+    cdef readonly Py_ssize_t dim
+    cdef double max_energy_error
+    # state and proposal buffers in one array (pointers swapped on acceptance), and the
+    # scratch of whichever target is evaluated (one at a time)
+    cdef object _buffer
+    cdef object _scratch
+    cdef double* q
+    cdef double* grad
+    cdef double* q_new
+    cdef double* grad_new
+    cdef double* p
+    cdef double* v
+    cdef double* scratch
+    cdef double U_dyn
+    cdef double U_test
+    cdef readonly bint has_state
+    cdef public double step_size
+    # n_density_evals counts evaluations of the test target (with a shared target, every
+    # gradient evaluation is one too); n_gradient_evals counts gradients of the dynamics target.
+    cdef public long long n_density_evals
+    cdef public long long n_gradient_evals
+    cdef public long long n_solver_failures
+    # warm-up adaptation
+    cdef DualAveraging da
+    cdef object _variance
+    cdef double* var_mean
+    cdef double* var_m2
+    cdef public long long variance_count
+
+    def __init__(self, CTarget dynamics, CTarget test=None, Metric metric=None,
+                 Integrator integrator=None, double max_energy_error=1000.0,
+                 bint delayed_acceptance=False):
+        self.dynamics = dynamics
+        self.test = dynamics if test is None else test
+        self.same_target = self.test is dynamics
+        if self.test.dim != dynamics.dim:
+            raise ValueError(f"dynamics and test targets differ in dim: {dynamics.dim} vs {self.test.dim}")
+        if delayed_acceptance and self.same_target:
+            raise ValueError("delayed acceptance needs a dynamics target other than the test target")
+        if metric is None or integrator is None:
+            raise TypeError("a Chain needs a metric and an integrator")
+        if metric.dim != dynamics.dim:
+            raise ValueError(f"the metric has dim {metric.dim}, the targets {dynamics.dim}")
+        self.metric = metric
+        self.integrator = integrator
+        self.delayed_acceptance = delayed_acceptance
+        # the dynamics potential at the end of a trajectory is needed only when it is the test
+        # potential or enters the first stage of delayed acceptance
+        self.need_dynamics_potential = self.same_target or delayed_acceptance
+        self.dim = dynamics.dim
+        self.max_energy_error = max_energy_error
+        self._buffer = np.zeros((6, self.dim))
+        cdef double[:, ::1] b = self._buffer
+        self.q, self.grad, self.q_new = &b[0, 0], &b[1, 0], &b[2, 0]
+        self.grad_new, self.p, self.v = &b[3, 0], &b[4, 0], &b[5, 0]
+        self._scratch = np.empty(max(dynamics.scratch_size, self.test.scratch_size, 1))
+        cdef double[::1] s = self._scratch
+        self.scratch = &s[0]
+        self._variance = np.zeros((2, self.dim))
+        cdef double[:, ::1] var = self._variance
+        self.var_mean, self.var_m2 = &var[0, 0], &var[1, 0]
+        self.has_state = False
+        self.step_size = NAN
+
+    # ------------------------------------------------------------------------------------------
+    # state
+
+    def set_position(self, q):
+        """Move the chain to ``q``, evaluating the potentials and the gradient there.
+
+        Raises ValueError if the log density or its gradient is not finite at ``q``.
+        """
+        cdef double[::1] qv = np.ascontiguousarray(q, dtype=np.float64)
+        if qv.shape[0] != self.dim:
+            raise ValueError(f"initial point must have shape ({self.dim},), got {np.shape(q)}")
+        cdef double U_dyn, U_test
+        grad = np.empty(self.dim)
+        cdef double[::1] g = grad
+        self.dynamics.potential_and_gradient(&qv[0], &U_dyn, &g[0], self.scratch)
+        self.n_gradient_evals += 1
+        where = np.array2string(np.asarray(qv), precision=4, threshold=10)
+        if self.same_target:
+            U_test = U_dyn
+            self.n_density_evals += 1
+        else:
+            self.test.potential(&qv[0], &U_test, self.scratch)
+            self.n_density_evals += 1
+            if not isfinite(U_test):
+                raise ValueError(f"the log density is not finite ({-U_test}) at the initial point {where}")
+        if not isfinite(U_dyn):
+            role = "log density" if self.same_target else "dynamics log density"
+            raise ValueError(f"the {role} is not finite ({-U_dyn}) at the initial point {where}")
+        bad = np.flatnonzero(~np.isfinite(grad))
+        if bad.size:
+            raise ValueError(
+                f"the gradient of the log density is not finite at the initial point {where} "
+                f"(coordinates {bad.tolist()[:10]})")
+        memcpy(self.q, &qv[0], self.dim * sizeof(double))
+        memcpy(self.grad, &g[0], self.dim * sizeof(double))
+        self.U_dyn = U_dyn
+        self.U_test = U_test
+        self.has_state = True
+
+    @property
+    def position(self):
+        return np.array(<double[:self.dim]> self.q)
+
+    @property
+    def log_density(self):
+        return -self.U_test
+
+    @property
+    def gradient(self):
+        """Gradient of the dynamics potential at the current position."""
+        return np.array(<double[:self.dim]> self.grad)
+
+    def get_state(self):
+        """The chain's state as plain arrays and numbers (see ``set_state``)."""
+        if not self.has_state:
+            raise RuntimeError("the chain has no state yet")
+        cdef dict da = self.da  # Cython converts the struct to a dict
+        return dict(position=self.position, gradient=self.gradient,
+                    potential_dynamics=self.U_dyn, potential_test=self.U_test,
+                    step_size=self.step_size, n_density_evals=self.n_density_evals,
+                    n_gradient_evals=self.n_gradient_evals,
+                    n_solver_failures=self.n_solver_failures, dual_averaging=da,
+                    variance_count=self.variance_count,
+                    variance_mean=self._variance[0].copy(), variance_m2=self._variance[1].copy())
+
+    def set_state(self, state, bint counters=True):
+        """Restore a state of ``get_state`` exactly (no evaluation: the cached potentials and
+        gradient are taken as they were, so a continued chain repeats the uninterrupted one).
+        ``counters=False`` starts the evaluation counters from zero instead."""
+        position = np.asarray(state["position"], dtype=np.float64)
+        gradient = np.asarray(state["gradient"], dtype=np.float64)
+        mean = np.asarray(state["variance_mean"], dtype=np.float64)
+        m2 = np.asarray(state["variance_m2"], dtype=np.float64)
+        for name, a in (("position", position), ("gradient", gradient),
+                        ("variance_mean", mean), ("variance_m2", m2)):
+            if a.shape != (self.dim,):
+                raise ValueError(f"state[{name!r}] must have shape ({self.dim},), got {a.shape}")
+        self._buffer[0] = position
+        self._buffer[1] = gradient
+        # the pointers may have been swapped: point them back at rows 0 and 1
+        cdef double[:, ::1] b = self._buffer
+        self.q, self.grad, self.q_new = &b[0, 0], &b[1, 0], &b[2, 0]
+        self.grad_new = &b[3, 0]
+        self.U_dyn = float(state["potential_dynamics"])
+        self.U_test = float(state["potential_test"])
+        self.step_size = float(state["step_size"])
+        self.n_density_evals = int(state["n_density_evals"]) if counters else 0
+        self.n_gradient_evals = int(state["n_gradient_evals"]) if counters else 0
+        self.n_solver_failures = int(state["n_solver_failures"]) if counters else 0
+        da = state["dual_averaging"]
+        self.da = {name: da[name] for name in DUAL_AVERAGING_FIELDS}  # and a dict to the struct
+        self.variance_count = int(state["variance_count"])
+        self._variance[0] = mean
+        self._variance[1] = m2
+        self.has_state = True
+
+    # ------------------------------------------------------------------------------------------
+    # warm-up adaptation
+
+    def restart_step_size_adaptation(self, double step_size, double target_accept):
+        """Start dual averaging from ``step_size`` (shrinking towards log(10 step_size))."""
+        if not (0.0 < target_accept < 1.0):
+            raise ValueError(f"target_accept must be in (0, 1), got {target_accept}")
+        self.da.target_accept = target_accept
+        self.da.gamma, self.da.t0, self.da.kappa = 0.05, 10.0, 0.75
+        self.da.mu = log(10.0 * step_size)
+        self.da.log_step = log(step_size)
+        self.da.log_step_bar = 0.0
+        self.da.error_sum = 0.0
+        self.da.count = 0
+        self.step_size = step_size
+
+    @property
+    def final_step_size(self):
+        """The averaged step size to sample with once warm-up ends."""
+        return exp(self.da.log_step_bar) if self.da.count else exp(self.da.log_step)
+
+    def take_variance(self):
+        """(number of positions, their per-coordinate variance) accumulated since the last call
+        (Welford), and start a new accumulation."""
+        n = self.variance_count
+        variance = self._variance[1] / max(n - 1, 1)
+        self.variance_count = 0
+        self._variance[:] = 0.0
+        return n, variance
+
+    # ------------------------------------------------------------------------------------------
+    # the transition
+
+    cdef double test_potential_of_proposal(self, double U_dyn_new) except? -1 nogil:
+        cdef double U
+        if self.same_target:
+            return U_dyn_new
+        self.test.potential(self.q_new, &U, self.scratch)
+        self.n_density_evals += 1
+        return U
+
+    cdef int trajectory(self, Py_ssize_t n_steps, double* U_dyn_new, double* kinetic_new,
+                        TrajectoryInfo* info) except -1 nogil:
+        """Integrate from (q, p) into (q_new, p), counting the evaluations."""
+        memcpy(self.q_new, self.q, self.dim * sizeof(double))
+        memcpy(self.grad_new, self.grad, self.dim * sizeof(double))
+        self.integrator.run(self.dynamics, self.metric, self.scratch, self.q_new, self.p,
+                            self.grad_new, self.v, self.step_size, n_steps,
+                            self.need_dynamics_potential, U_dyn_new, kinetic_new, info)
+        self.n_gradient_evals += info.n_gradients
+        if self.same_target:  # a model's gradient evaluates its density as well
+            self.n_density_evals += info.n_gradients
+        return 0
+
+    cdef int transition(self, bitgen_t* bitgen, Py_ssize_t n_steps, bint jitter,
+                        Transition* record) except -1 nogil:
+        cdef Py_ssize_t length
+        cdef double kinetic0, H0, dH, dH_dyn, U_dyn_new, U_test_new, kinetic_new, prob
+        cdef bint accept, diverged, failed
+        cdef double* tmp
+        cdef TrajectoryInfo info
+        self.metric.draw_momentum(bitgen, self.p)
+        length = <Py_ssize_t> random_interval(bitgen, n_steps - 1) + 1 if jitter else n_steps
+        kinetic0 = self.metric.kinetic_and_velocity(self.p, self.v)
+        H0 = self.U_test + kinetic0
+        self.trajectory(length, &U_dyn_new, &kinetic_new, &info)
+        diverged = info.diverged
+        failed = not info.converged
+        if failed:
+            self.n_solver_failures += 1
+        U_test_new = INFINITY
+        if failed:
+            prob = 0.0
+            accept = False
+        elif self.delayed_acceptance and not diverged:
+            # stage 1 on the surrogate energy: a rejection here costs no exact evaluation
+            dH_dyn = (U_dyn_new + kinetic_new) - (self.U_dyn + kinetic0) - info.log_jacobian
+            diverged = not isfinite(dH_dyn) or dH_dyn > self.max_energy_error
+            prob = 0.0 if diverged else (1.0 if dH_dyn <= 0.0 else exp(-dH_dyn))
+            accept = random_standard_uniform(bitgen) < prob
+            if accept:
+                U_test_new = self.test_potential_of_proposal(U_dyn_new)
+                dH = U_test_new + kinetic_new - H0 - info.log_jacobian
+                if not isfinite(dH) or dH > self.max_energy_error:
+                    diverged = True
+                    prob = 0.0
+                    accept = False
+                else:
+                    # stage 2 corrects for the surrogate's energy error
+                    prob *= 1.0 if dH - dH_dyn <= 0.0 else exp(-(dH - dH_dyn))
+                    accept = random_standard_uniform(bitgen) < exp(dH_dyn - dH)
+        else:
+            if not diverged:
+                U_test_new = self.test_potential_of_proposal(U_dyn_new)
+            dH = U_test_new + kinetic_new - H0 - info.log_jacobian
+            diverged = not isfinite(dH) or dH > self.max_energy_error
+            prob = 0.0 if diverged else (1.0 if dH <= 0.0 else exp(-dH))
+            accept = random_standard_uniform(bitgen) < prob
+        record.diverging = diverged
+        record.solver_failed = failed
+        record.solver_iterations = info.iterations
+        record.accept_prob = prob
+        record.step_size = self.step_size
+        record.n_steps = info.n_steps
+        if accept:
+            tmp = self.q; self.q = self.q_new; self.q_new = tmp
+            tmp = self.grad; self.grad = self.grad_new; self.grad_new = tmp
+            self.U_dyn = U_dyn_new
+            self.U_test = U_test_new
+            record.accepted = 1
+            record.energy = U_test_new + kinetic_new
+        else:
+            record.accepted = 0
+            record.energy = H0
+        record.log_density = -self.U_test
+        return 0
+
+    cdef void add_to_variance(self) noexcept nogil:
+        cdef Py_ssize_t i
+        cdef double delta
+        self.variance_count += 1
+        for i in range(self.dim):
+            delta = self.q[i] - self.var_mean[i]
+            self.var_mean[i] += delta / self.variance_count
+            self.var_m2[i] += delta * (self.q[i] - self.var_mean[i])
+
+    # ------------------------------------------------------------------------------------------
+    # Python entry points
+
+    def run(self, generator, Py_ssize_t n_iter, Py_ssize_t n_steps, bint jitter,
+            double[:, ::1] samples, Transition[::1] records, double[:, ::1] gradients=None,
+            bint adapt_step_size=False, bint accumulate_variance=False):
+        """Run ``n_iter`` transitions, writing row ``i`` of each output for transition ``i``.
+
+        Outputs are preallocated by the caller (no allocation here): ``samples`` (n_iter, dim),
+        ``records`` (n_iter,) of dtype ``TRANSITION``, and, if given, ``gradients`` (n_iter,
+        dim), which receives the dynamics gradient at each kept state (the exact gradient for
+        plain HMC: training data for a surrogate). ``generator`` is a
+        ``numpy.random.Generator`` whose bit generator is locked for the whole call.
+        ``adapt_step_size`` updates the step size by dual averaging after every transition;
+        ``accumulate_variance`` adds every kept position to the running variance.
+        """
+        if not self.has_state:
+            raise RuntimeError("set_position must be called before run")
+        if n_iter < 0 or n_steps < 1 or not (self.step_size > 0.0 and isfinite(self.step_size)):
+            raise ValueError("need n_iter >= 0, n_steps >= 1 and a finite step_size > 0")
+        if (samples.shape[0] < n_iter or samples.shape[1] != self.dim or records.shape[0] < n_iter
+                or (gradients is not None and (gradients.shape[0] < n_iter
+                                               or gradients.shape[1] != self.dim))):
+            raise ValueError("output buffers are too small")
+        if adapt_step_size and self.da.target_accept == 0.0:
+            raise RuntimeError("restart_step_size_adaptation must be called before adapting")
+        if n_iter == 0:
+            return
+        bit_generator = generator.bit_generator
+        cdef bitgen_t* bitgen = get_bitgen(bit_generator)
+        cdef double* gradient_rows = NULL if gradients is None else &gradients[0, 0]
+        cdef Py_ssize_t it
+        with bit_generator.lock, nogil:
+            for it in range(n_iter):
+                self.transition(bitgen, n_steps, jitter, &records[it])
+                memcpy(&samples[it, 0], self.q, self.dim * sizeof(double))
+                if gradient_rows != NULL:
+                    memcpy(&gradient_rows[it * self.dim], self.grad, self.dim * sizeof(double))
+                if adapt_step_size:
+                    self.step_size = dual_averaging_update(&self.da, records[it].accept_prob)
+                if accumulate_variance:
+                    self.add_to_variance()
+
+    def energy_error_of_one_step(self, generator, double step_size):
+        """Energy error H(end) - H(start) of a single step with a fresh momentum.
+
+        The chain state (and its step size) is not changed (used by the initial step-size
+        heuristic). Returns +inf for a non-finite end point.
+        """
+        if not self.has_state:
+            raise RuntimeError("set_position must be called before energy_error_of_one_step")
+        bit_generator = generator.bit_generator
+        cdef bitgen_t* bitgen = get_bitgen(bit_generator)
+        cdef double H0, U_dyn_new, kinetic_new, saved = self.step_size
+        cdef double U_test_new = INFINITY
+        cdef TrajectoryInfo info
+        self.step_size = step_size
+        try:
+            with bit_generator.lock, nogil:
+                self.metric.draw_momentum(bitgen, self.p)
+                H0 = self.U_test + self.metric.kinetic_and_velocity(self.p, self.v)
+                self.trajectory(1, &U_dyn_new, &kinetic_new, &info)
+                if isfinite(kinetic_new) and info.converged:
+                    U_test_new = self.test_potential_of_proposal(U_dyn_new)
+        finally:
+            self.step_size = saved
+        dH = U_test_new + kinetic_new - H0 - info.log_jacobian
+        return dH if np.isfinite(dH) else np.inf
+
+    def integrate(self, q, p, double step_size, Py_ssize_t n_steps):
+        """Deterministic trajectory from (q, p) (for tests): returns (q', p', U_dyn', U_test').
+
+        The chain state is restored afterwards.
+        """
+        saved = self.get_state() if self.has_state else None
+        counts = (self.n_density_evals, self.n_gradient_evals)
+        self.set_position(q)
+        cdef double[::1] pv = np.ascontiguousarray(p, dtype=np.float64)
+        if pv.shape[0] != self.dim:
+            raise ValueError(f"p must have shape ({self.dim},)")
+        memcpy(self.p, &pv[0], self.dim * sizeof(double))
+        cdef double U_dyn_new, U_test_new, kinetic_new
+        cdef TrajectoryInfo info
+        self.step_size = step_size
+        self.trajectory(n_steps, &U_dyn_new, &kinetic_new, &info)
+        U_test_new = self.test_potential_of_proposal(U_dyn_new) if isfinite(kinetic_new) else INFINITY
+        result = (np.array(<double[:self.dim]> self.q_new), np.array(<double[:self.dim]> self.p),
+                  U_dyn_new, U_test_new)
+        if saved is not None:
+            self.set_state(saved)
+        else:
+            self.has_state = False
+        self.n_density_evals, self.n_gradient_evals = counts
+        return result
+

@@ -1,0 +1,162 @@
+"""ChainState: everything that makes one chain continue, as plain arrays and numbers.
+
+A chain driven by :mod:`rnshmc.samplers.driver` keeps all of its state here between C calls:
+where it is in its plan of phases, the C chain's state (position, cached potentials and
+gradient, step size, dual-averaging and running-variance accumulators, evaluation counters),
+the inverse mass matrix, its random stream (bit-generator state and seed sequence), the
+outputs drawn so far and whatever the sampler needs (a fitted surrogate). Continuing a state,
+in this process or after ``save`` and ``load``, gives the draws of the uninterrupted run bit for
+bit.
+"""
+import json
+
+import numpy as np
+
+from .results import SampleResult, load as _load_tree
+
+__all__ = ["ChainState"]
+
+_FIELDS = ("sampler", "chain", "dim", "phases", "phase_index", "iteration", "phase_started",
+           "rng", "init", "kernel", "inverse_mass", "outputs", "evals", "timings", "extras")
+
+
+def generator_to_json(generator):
+    """The complete state of a ``numpy.random.Generator`` as a JSON string (its bit generator's
+    state and its seed sequence, so ``spawn`` continues as well)."""
+    bit_generator = generator.bit_generator
+    seq = bit_generator.seed_seq
+    seed = None
+    if isinstance(seq, np.random.SeedSequence):
+        seed = dict(entropy=seq.entropy, spawn_key=list(seq.spawn_key), pool_size=seq.pool_size,
+                    n_children_spawned=seq.n_children_spawned)
+    return json.dumps(dict(state=bit_generator.state, seed_sequence=seed))
+
+
+def generator_from_json(text):
+    """Inverse of :func:`generator_to_json`."""
+    saved = json.loads(text)
+    name = saved["state"]["bit_generator"]
+    bit_generator_class = getattr(np.random, name, None)
+    if not (isinstance(bit_generator_class, type)
+            and issubclass(bit_generator_class, np.random.BitGenerator)):
+        raise ValueError(f"unknown bit generator {name!r}")
+    seed = saved["seed_sequence"]
+    if seed is not None:
+        seq = np.random.SeedSequence(seed["entropy"], spawn_key=tuple(seed["spawn_key"]),
+                                     pool_size=seed["pool_size"],
+                                     n_children_spawned=seed["n_children_spawned"])
+        bit_generator = bit_generator_class(seq)
+    else:
+        bit_generator = bit_generator_class()
+    bit_generator.state = saved["state"]
+    return np.random.Generator(bit_generator)
+
+
+class ChainState:
+    """One chain's complete state (see the module docstring).
+
+    Attributes
+    ----------
+    sampler : str
+        Name of the sampler that made it.
+    chain : int
+        Index of the chain.
+    dim : int
+    phases : list of [str, int]
+        The plan: (phase name, iterations) in order.
+    phase_index, iteration : int
+        The phase under way and the iterations done in it.
+    phase_started : bool
+        Whether the phase's one-time start (e.g. the initial step-size search) is done.
+    rng : str
+        The chain's random stream (JSON; see :func:`generator_to_json`).
+    init : ndarray of shape (dim,)
+        The initial point.
+    kernel : dict or None
+        The C chain's state (``Chain.get_state``); None before the first phase starts.
+    inverse_mass : None or ndarray
+        The inverse mass matrix in use.
+    outputs : dict
+        Per phase, the arrays kept ("samples", "records", "gradients"), with one row per
+        iteration of the phase (rows past ``iteration`` not yet drawn).
+    evals : dict
+        Per phase, [density evaluations, gradient evaluations] of its dynamics/test targets.
+    timings : dict
+        Seconds per phase.
+    extras : dict
+        The sampler's own (a fitted surrogate's arrays, a chosen trajectory length).
+    """
+
+    def __init__(self, **fields):
+        missing = set(_FIELDS) - set(fields)
+        unknown = set(fields) - set(_FIELDS)
+        if missing or unknown:
+            raise TypeError(f"ChainState fields missing {sorted(missing)}, unknown {sorted(unknown)}")
+        for name in _FIELDS:
+            setattr(self, name, fields[name])
+
+    @property
+    def done(self):
+        """Whether every phase of the plan has run."""
+        return self.phase_index >= len(self.phases)
+
+    @property
+    def phase(self):
+        """Name of the phase under way (None when done)."""
+        return None if self.done else self.phases[self.phase_index][0]
+
+    def iterations_left(self):
+        """Iterations still to run over the rest of the plan."""
+        if self.done:
+            return 0
+        rest = sum(n for _, n in self.phases[self.phase_index:])
+        return rest - self.iteration
+
+    def copy(self):
+        """A deep copy (arrays copied)."""
+        return ChainState.from_dict(_copy_tree(self.to_dict()))
+
+    def to_dict(self):
+        return {name: getattr(self, name) for name in _FIELDS}
+
+    @classmethod
+    def from_dict(cls, fields):
+        return cls(**fields)
+
+    def save(self, path):
+        """Write to a ``.npz`` file readable without pickle (see :meth:`load`)."""
+        tree = self.to_dict()
+        tree["phases"] = [list(p) for p in self.phases]
+        SampleResult(format="rnshmc.ChainState", **tree).save(path)
+
+    @classmethod
+    def load(cls, path):
+        """Read a state written by :meth:`save`.
+
+        Raises
+        ------
+        ValueError
+            If the file does not hold a ChainState.
+        """
+        tree = dict(_load_tree(path))
+        if tree.pop("format", None) != "rnshmc.ChainState":
+            raise ValueError(f"{path!r} does not hold an rnshmc ChainState")
+        tree["phases"] = [[str(name), int(n)] for name, n in tree["phases"]]
+        try:
+            return cls(**tree)
+        except TypeError as error:
+            raise ValueError(f"{path!r}: malformed ChainState ({error})") from None
+
+    def __repr__(self):
+        return (f"ChainState(sampler={self.sampler!r}, chain={self.chain}, phase={self.phase!r}, "
+                f"iteration={self.iteration}, left={self.iterations_left()})")
+
+
+def _copy_tree(value):
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    if isinstance(value, dict):
+        return {k: _copy_tree(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_copy_tree(v) for v in value)
+    return value

@@ -1,0 +1,525 @@
+"""The chain driver shared by every sampler.
+
+A sampler is configuration: it declares the *phases* a chain goes through (warm-up or
+exploration, training, sampling), how to build the C chain of each phase and what to do at a
+phase's start and end. :class:`ChainSampler` runs any such plan over a
+:class:`~rnshmc.checkpoint.ChainState`: each phase in chunks of C transitions, with Python
+re-entered only at chunk ends (progress, the state kept current for checkpoints) and at the
+ends of the warm-up's slow windows (a new mass matrix, the step size restarted). Dual averaging
+and the running variance accumulate inside the C loop.
+
+``sample()`` mutates nothing on the sampler (every chain's state lives in its ChainState), so
+two ``sample()`` calls on one sampler may run at once; and a chain continued from a saved state
+gives the draws of the uninterrupted run, bit for bit, because every chunk boundary is a point
+where the whole state is in the ChainState.
+"""
+import time
+import warnings
+from typing import NamedTuple
+
+import numpy as np
+
+from .._kernels._integrators import Leapfrog
+from .._kernels._metrics import EuclideanMetric
+from .._kernels._transition import TRANSITION, Chain
+from ..adaptation import WarmupSchedule, initial_step_size, regularized_variance, terminal_buffer
+from ..checkpoint import ChainState, generator_from_json, generator_to_json
+from ..results import SampleResult
+from ..parallel import chain_generators, map_chains
+from ..targets import as_ctarget, check_target, target_dim
+from ..validation import check_integer, check_per_chain_real, check_real
+
+__all__ = ["ChainSampler", "Phase", "Progress"]
+
+# chunks per phase: the progress bar moves and the state is current this often
+CHUNKS_PER_PHASE = 100
+
+
+class Phase(NamedTuple):
+    """How the driver runs one phase of a plan.
+
+    adapt : bool
+        Stan's windowed adaptation of the step size and mass matrix runs in it (as the
+        sampler's settings say).
+    keep : tuple of str
+        Outputs kept for every iteration: "samples", "records", "gradients" (the dynamics
+        gradient at each state: training data). Others go to reused chunk buffers.
+    """
+    adapt: bool = False
+    keep: tuple = ()
+
+
+class Progress:
+    """A tqdm bar when tqdm is installed and progress is wanted; silent otherwise."""
+
+    def __init__(self, enabled, total, desc):
+        self.bar = None
+        if enabled and total > 0:
+            try:
+                from tqdm.auto import tqdm
+            except ImportError:
+                return
+            self.bar = tqdm(total=total, desc=desc, leave=False)
+
+    def update(self, n):
+        if self.bar is not None:
+            self.bar.update(n)
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+
+
+class ChainSampler:
+    """Base of the HMC-family samplers: the leapfrog settings, the warm-up adaptation, the
+    plan of phases and the driver that runs it (see the module docstring).
+
+    Parameters
+    ----------
+    target : rnshmc.Target, built-in model or BridgeStan-style object
+        The log density to sample (see :mod:`rnshmc.targets`). Must have a gradient.
+    step_size : float, ndarray of shape (chains,) or None
+        Leapfrog step size (one per chain, e.g. a result's ``step_size``, to continue a run).
+        None (default) adapts it during warm-up by dual averaging to ``target_accept``.
+    n_steps : int
+        Number of leapfrog steps per iteration (the maximum when ``jitter`` is on).
+    jitter : bool
+        Draw the number of steps uniformly from {1, ..., n_steps} each iteration (Neal 2011), as
+        the papers do.
+    mass_matrix : None, ndarray of shape (dim,) or (dim, dim)
+        The momentum covariance M (diagonal or dense). None means the identity (adapted to a
+        diagonal estimate of the posterior precision during warm-up when
+        ``adapt_mass_matrix``). Give this or ``inverse_mass_matrix``, not both.
+    inverse_mass_matrix : None or ndarray
+        M^{-1} instead of M: (dim,), (dim, dim), or one per chain — (chains, dim) or (chains,
+        dim, dim), a result's ``inverse_mass_matrix`` — to continue a run. A square 2-d array
+        is one dense matrix; a list of arrays is one per chain.
+    adapt_mass_matrix : bool or None
+        Estimate a diagonal mass matrix in Stan's warm-up windows. None (default) means: only
+        when neither a step size nor a mass matrix is given.
+    target_accept : float
+        Target mean acceptance probability of the step-size adaptation (default 0.8).
+    max_energy_error : float
+        Proposals with a larger energy error, or a non-finite energy, are rejected and recorded
+        as divergences (default 1000).
+    """
+
+    name = "sampler"
+
+    def __init__(self, target, step_size=None, n_steps=10, jitter=True, mass_matrix=None,
+                 inverse_mass_matrix=None, adapt_mass_matrix=None, target_accept=0.8,
+                 max_energy_error=1000.0):
+        check_target(target)
+        if getattr(target, "has_gradient", True) is False:
+            raise ValueError(f"{self.name} needs the gradient of the log density: give "
+                             "grad_logp or logp_and_grad to rnshmc.Target")
+        self.target = target
+        self.step_size = None if step_size is None else check_per_chain_real(step_size, "step_size")
+        self.n_steps = check_integer(n_steps, "n_steps", minimum=1)
+        self.jitter = bool(jitter)
+        if mass_matrix is not None and inverse_mass_matrix is not None:
+            raise ValueError("give mass_matrix or inverse_mass_matrix, not both")
+        self.mass_matrix = mass_matrix
+        self.inverse_mass_matrix = inverse_mass_matrix
+        dim = target_dim(target) if hasattr(target, "dim") else None
+        if dim is not None:  # check now rather than at sample()
+            self._inverse_masses(dim, None)
+        if adapt_mass_matrix is None:
+            adapt_mass_matrix = step_size is None and mass_matrix is None and inverse_mass_matrix is None
+        self.adapt_mass_matrix = bool(adapt_mass_matrix)
+        self.target_accept = check_real(target_accept, "target_accept", lower=0.0, upper=1.0)
+        self.max_energy_error = check_real(max_energy_error, "max_energy_error", lower=0.0)
+
+    # ------------------------------------------------------------------------------------------
+    # what a sampler declares (overridden by the samplers)
+
+    def plan(self, draws, tune):
+        """The phases of one chain: a list of [name, iterations]."""
+        raise NotImplementedError
+
+    def phase_spec(self, name):
+        """The :class:`Phase` of a phase name."""
+        raise NotImplementedError
+
+    def make_chain(self, name, state, ctarget):
+        """The C chain of phase ``name`` (None for a phase without iterations)."""
+        return self.new_chain(ctarget, state)
+
+    def begin_phase(self, name, chain, state, generator):
+        """One-time work when phase ``name`` starts: put the chain where the previous phase
+        left it (the first phase: at ``state.init``)."""
+        if state.kernel is None:
+            chain.set_position(state.init)
+        else:
+            chain.set_state(state.kernel, counters=False)
+
+    def end_phase(self, name, chain, state, generator):
+        """One-time work when phase ``name`` has run all its iterations."""
+
+    def trajectory(self, name, state):
+        """(n_steps, jitter) of phase ``name``."""
+        return self.n_steps, self.jitter
+
+    TIMING_NAMES = {"warmup": "tune", "exploration": "tune", "training": "train"}
+
+    def result(self, states):
+        """The SampleResult of finished chains: the sampling phase's draws and records, the
+        step sizes and mass matrices, evaluation counts and timings."""
+        stack = lambda key: np.stack([s.outputs["sampling"][key] for s in states])
+        records = stack("records")
+        evals = lambda phase, i: np.array([s.evals.get(phase, [0, 0])[i] for s in states],
+                                          dtype=np.int64)
+        total = lambda i: sum(evals(phase, i) for phase, _ in states[0].phases)
+        timings = {}
+        for s in states:
+            for phase, seconds in s.timings.items():
+                key = self.TIMING_NAMES.get(phase, phase)
+                timings[key] = timings.get(key, 0.0) + seconds
+        inverse_mass = [s.inverse_mass for s in states]
+        accepted = records["accepted"].astype(bool)
+        result = SampleResult(
+            sampler=self.name,
+            samples=stack("samples"),
+            log_density=records["log_density"].copy(),
+            accepted=accepted,
+            accept_prob=records["accept_prob"].copy(),
+            acceptance_rate=accepted.mean(axis=1),
+            diverging=records["diverging"].astype(bool),
+            energy=records["energy"].copy(),
+            step_size=np.array([s.kernel["step_size"] for s in states]),
+            n_steps=records["n_steps"].copy(),
+            inverse_mass_matrix=None if inverse_mass[0] is None else np.stack(inverse_mass),
+            n_density_evals=total(0),
+            n_gradient_evals=total(1),
+            n_density_evals_sampling=evals("sampling", 0),
+            n_gradient_evals_sampling=evals("sampling", 1),
+            timings=timings,
+        )
+        warn_about_stuck_chains(self.name, result)
+        return result
+
+
+
+    # ------------------------------------------------------------------------------------------
+    # sampling
+
+    def sample(self, draws=1000, tune=1000, chains=1, rng=None, init=None, progress=True,
+               pool=None):
+        """Draw samples.
+
+        Parameters
+        ----------
+        draws : int
+            Number of kept iterations per chain.
+        tune : int
+            Number of warm-up iterations per chain (adaptation, if any, then discarded).
+        chains : int
+            Number of independent chains.
+        rng : None, int, SeedSequence or Generator
+            Source of randomness; each chain gets its own child stream (SeedSequence.spawn), so
+            the same seed gives bit-identical draws, whatever ``pool`` runs the chains.
+        init : None or ndarray of shape (dim,) or (chains, dim)
+            Initial points. None draws each coordinate uniformly from (-2, 2), as Stan does.
+        progress : bool
+            Show a progress bar (needs tqdm; silent without it).
+        pool : concurrent.futures.Executor, optional
+            Run chains on this executor. A thread pool runs C-level targets in parallel (the C
+            loop releases the GIL and targets keep no scratch of their own); a process pool
+            needs a picklable target.
+
+        Returns
+        -------
+        SampleResult
+        """
+        states = self.init_states(draws, tune, chains, rng, init)
+        states = self.run_states(states, progress=progress, pool=pool)
+        return self.result(states)
+
+    def init_states(self, draws=1000, tune=1000, chains=1, rng=None, init=None):
+        """The initial :class:`~rnshmc.checkpoint.ChainState` of each chain (arguments as for
+        :meth:`sample`)."""
+        draws = check_integer(draws, "draws", minimum=1)
+        tune = check_integer(tune, "tune", minimum=0)
+        generators = chain_generators(rng, chains)
+        chains = len(generators)
+        inits = self._initial_points(init, chains, generators)
+        dim = inits.shape[1]
+        plan = self.plan(draws, tune)
+        inverse_masses = self._inverse_masses(dim, chains)
+        step_sizes = self._per_chain(self.step_size, chains, "step_size")
+        if tune == 0 and self.step_size is None:
+            warnings.warn(f"tune=0 with step_size=None: {self.name} samples with the heuristic "
+                          "initial step size, unadapted", stacklevel=3)
+        return [ChainState(
+            sampler=self.name, chain=c, dim=dim, phases=plan, phase_index=0, iteration=0,
+            phase_started=False, rng=generator_to_json(generators[c]), init=inits[c],
+            kernel=None, inverse_mass=inverse_masses[c],
+            outputs={}, evals={}, timings={},
+            extras={"step_size": None if step_sizes is None else float(step_sizes[c])})
+            for c in range(chains)]
+
+    def run_states(self, states, progress=True, pool=None, stop_after=None):
+        """Continue every chain's state (on ``pool`` if given); returns the states."""
+        if pool is not None and _is_process_pool(pool):
+            run = _RunChain(self, False, stop_after)  # the target is rebuilt in each process
+        else:
+            ctarget = as_ctarget(self.target, states[0].dim)  # shared: it holds no scratch
+            show = progress and pool is None
+
+            def run(state):
+                return self.run_chain(state, ctarget, progress=show, stop_after=stop_after)
+        return map_chains(run, states, pool)
+
+    def run_chain(self, state, ctarget=None, progress=False, stop_after=None):
+        """Continue one chain from ``state`` until its plan is done, or for ``stop_after``
+        more iterations; ``state`` is updated in place and returned."""
+        if state.sampler != self.name:
+            raise ValueError(f"this state belongs to a {state.sampler} chain, not {self.name}")
+        if ctarget is None:
+            ctarget = as_ctarget(self.target, state.dim)
+        if ctarget.dim != state.dim:
+            raise ValueError(f"the state has dim {state.dim}, the target {ctarget.dim}")
+        generator = generator_from_json(state.rng)
+        budget = state.iterations_left() if stop_after is None else stop_after
+        bar = Progress(progress, min(budget, state.iterations_left()),
+                       f"{self.name} chain {state.chain}")
+        try:
+            while not state.done and (budget > 0 or state.phases[state.phase_index][1] == 0):
+                name, n_iter = state.phases[state.phase_index]
+                start = time.perf_counter()
+                chain = self.make_chain(name, state, ctarget)
+                if not state.phase_started:
+                    self.begin_phase(name, chain, state, generator)
+                    state.phase_started = True
+                    if chain is not None:
+                        self._keep_current(name, chain, state, generator)
+                elif chain is not None:
+                    chain.set_state(state.kernel)
+                budget -= self._iterate(name, n_iter, chain, state, generator, budget, bar)
+                if state.iteration == n_iter:
+                    self.end_phase(name, chain, state, generator)
+                    if chain is not None:
+                        self._keep_current(name, chain, state, generator)
+                    state.phase_index += 1
+                    state.iteration = 0
+                    state.phase_started = False
+                state.rng = generator_to_json(generator)
+                state.timings[name] = state.timings.get(name, 0.0) + time.perf_counter() - start
+        finally:
+            bar.close()
+        return state
+
+    # ------------------------------------------------------------------------------------------
+    # the driver's parts
+
+    def new_chain(self, dynamics, state, test=None, delayed_acceptance=False):
+        """A C chain over ``dynamics`` (and ``test``) with this chain's metric."""
+        return Chain(dynamics, test, EuclideanMetric(state.dim, state.inverse_mass), Leapfrog(),
+                     max_energy_error=self.max_energy_error,
+                     delayed_acceptance=delayed_acceptance)
+
+    def adapts_step_size(self, state):
+        return state.extras["step_size"] is None
+
+    def start_adaptation(self, chain, state, generator):
+        """At the start of an adapting phase: the initial step size (Stan's heuristic from 1,
+        unless given) and dual averaging started from it."""
+        if self.adapts_step_size(state):
+            step_size = initial_step_size(chain, generator, target_accept=self.target_accept)
+            chain.restart_step_size_adaptation(step_size, self.target_accept)
+        else:
+            chain.step_size = state.extras["step_size"]
+
+    def finish_adaptation(self, chain, state, n_iter):
+        if self.adapts_step_size(state) and n_iter > 0:
+            chain.step_size = chain.final_step_size
+
+    def _keep_current(self, name, chain, state, generator):
+        state.kernel = chain.get_state()
+        state.evals[name] = [chain.n_density_evals, chain.n_gradient_evals]
+        state.rng = generator_to_json(generator)
+
+    def _iterate(self, name, n_iter, chain, state, generator, budget, bar):
+        """Run phase ``name`` from ``state.iteration`` for at most ``budget`` iterations."""
+        if n_iter == 0 or budget <= 0:
+            return 0
+        spec = self.phase_spec(name)
+        dim = state.dim
+        outputs = state.outputs.setdefault(name, {})
+        for key in spec.keep:
+            if key not in outputs:
+                outputs[key] = (np.zeros(n_iter, TRANSITION) if key == "records"
+                                else np.zeros((n_iter, dim)))
+        chunk = max(1, n_iter // CHUNKS_PER_PHASE)
+        adapt_step = spec.adapt and self.adapts_step_size(state)
+        adapt_mass = spec.adapt and self.adapt_mass_matrix
+        schedule = WarmupSchedule(n_iter, term_buffer=terminal_buffer(n_iter)) if adapt_mass else None
+        boundaries = set(range(chunk, n_iter, chunk)) | {n_iter}
+        if schedule is not None:
+            boundaries |= set(schedule.boundaries())
+        # outputs not kept go to chunk-sized scratch (a segment never exceeds a chunk)
+        scratch = {"samples": np.empty((chunk, dim)), "records": np.empty(chunk, TRANSITION)}
+        n_steps, jitter = self.trajectory(name, state)
+        ran = 0
+        for boundary in sorted(boundaries):
+            first = state.iteration
+            if boundary <= first:
+                continue
+            stop = min(boundary, first + budget - ran)
+            if stop <= first:
+                break
+            n = stop - first
+            rows = {key: (outputs[key][first:stop] if key in outputs else scratch[key][:n])
+                    for key in ("samples", "records")}
+            rows["gradients"] = outputs["gradients"][first:stop] if "gradients" in outputs else None
+            accumulate = schedule is not None and schedule.in_slow_window(first)
+            chain.run(generator, n, n_steps, jitter, rows["samples"], rows["records"],
+                      rows["gradients"], adapt_step, accumulate)
+            state.iteration = stop
+            ran += n
+            if accumulate and schedule.window_end(stop - 1):
+                self._window_end(chain, state, generator, adapt_step)
+            self._keep_current(name, chain, state, generator)
+            bar.update(n)
+            if stop < boundary:
+                break
+        if state.iteration == n_iter and spec.adapt:
+            self.finish_adaptation(chain, state, n_iter)
+        return ran
+
+    def _window_end(self, chain, state, generator, adapt_step):
+        """End of a slow window: install the shrunk variance estimate as the inverse mass
+        matrix and restart the step size from Stan's heuristic."""
+        n, variance = chain.take_variance()
+        inverse_mass = regularized_variance(n, variance)
+        chain.metric.set_inverse_mass(inverse_mass)
+        state.inverse_mass = inverse_mass
+        if adapt_step:
+            step_size = initial_step_size(chain, generator, chain.step_size, self.target_accept)
+            chain.restart_step_size_adaptation(step_size, self.target_accept)
+
+    # ------------------------------------------------------------------------------------------
+    # arguments
+
+    def _initial_points(self, init, chains, generators):
+        dim = target_dim(self.target) if hasattr(self.target, "dim") else None
+        if init is None:
+            if dim is None:
+                raise ValueError("the target's dim is unknown: give init= (or dim to the target)")
+            return np.stack([g.uniform(-2.0, 2.0, size=dim) for g in generators])
+        init = np.array(init)
+        if init.dtype.kind not in "iuf":
+            raise TypeError(f"init must hold real numbers, got dtype {init.dtype}")
+        init = init.astype(np.float64)
+        if init.ndim == 1:
+            init = np.tile(init, (chains, 1))
+        if init.ndim != 2 or init.shape[0] != chains or (dim is not None and init.shape[1] != dim):
+            want = f"({dim},) or ({chains}, {dim})" if dim is not None else "(dim,) or (chains, dim)"
+            raise ValueError(f"init must have shape {want}, got {np.shape(init)}")
+        if not np.all(np.isfinite(init)):
+            raise ValueError("init contains non-finite values")
+        return init
+
+    @staticmethod
+    def _per_chain(value, chains, name):
+        if value is None or np.ndim(value) == 0:
+            return None if value is None else np.full(chains, float(value))
+        if len(value) != chains:
+            raise ValueError(f"{name} has {len(value)} entries (one per chain), sampling {chains} chains")
+        return np.asarray(value, dtype=np.float64)
+
+    def _inverse_masses(self, dim, chains):
+        """The inverse mass matrix of each chain (None: identity), checked; with chains=None
+        only checks."""
+        from ..validation import check_inverse_mass
+        if self.mass_matrix is None and self.inverse_mass_matrix is None:
+            return [None] * (chains or 1)
+        if self.mass_matrix is not None:
+            M = check_inverse_mass(self.mass_matrix, "mass_matrix", dim)
+            matrices = [_invert_mass(M, dim)]
+        else:
+            value = self.inverse_mass_matrix
+            if isinstance(value, (list, tuple)):
+                matrices = [check_inverse_mass(m, "inverse_mass_matrix", dim) for m in value]
+                per_chain = True
+            else:
+                array = check_inverse_mass(value, "inverse_mass_matrix", dim)
+                per_chain = array.ndim == 3 or (array.ndim == 2 and array.shape != (dim, dim))
+                matrices = list(array) if per_chain else [array]
+            for m in matrices:
+                _check_inverse_mass_matrix(m, dim)
+            if per_chain:
+                if chains is not None and len(matrices) != chains:
+                    raise ValueError(f"inverse_mass_matrix has {len(matrices)} per-chain entries, "
+                                     f"sampling {chains} chains")
+                return matrices
+        return matrices * (chains or 1)
+
+
+def _check_inverse_mass_matrix(m, dim):
+    if m.shape == (dim,):
+        if not np.all(m > 0):
+            raise ValueError("a diagonal inverse mass matrix must be positive")
+    elif m.shape == (dim, dim):
+        if not np.allclose(m, m.T):
+            raise ValueError("the inverse mass matrix must be symmetric")
+        try:
+            np.linalg.cholesky(m)
+        except np.linalg.LinAlgError:
+            raise ValueError("the inverse mass matrix is not positive definite") from None
+    else:
+        raise ValueError(f"an inverse mass matrix must have shape ({dim},) or ({dim}, {dim}), "
+                         f"got {m.shape}")
+
+
+def _invert_mass(M, dim):
+    """The inverse of a user's mass matrix ((dim,) diagonal or (dim, dim) dense)."""
+    if M.shape == (dim,):
+        if not np.all(M > 0):
+            raise ValueError("a diagonal mass matrix must be finite and positive")
+        return 1.0 / M
+    if M.shape == (dim, dim):
+        if not np.allclose(M, M.T):
+            raise ValueError("the mass matrix must be finite and symmetric")
+        try:
+            np.linalg.cholesky(M)
+        except np.linalg.LinAlgError:
+            raise ValueError("the mass matrix is not positive definite") from None
+        return np.linalg.inv(M)
+    raise ValueError(f"mass_matrix must have shape ({dim},) or ({dim}, {dim}), got {M.shape}")
+
+
+def _is_process_pool(pool):
+    from concurrent.futures import ProcessPoolExecutor
+    return isinstance(pool, ProcessPoolExecutor)
+
+
+class _RunChain:
+    """A picklable ``run_chain`` call for process pools (the target is rebuilt there)."""
+
+    def __init__(self, sampler, progress, stop_after):
+        self.sampler, self.progress, self.stop_after = sampler, progress, stop_after
+
+    def __call__(self, state):
+        return self.sampler.run_chain(state, progress=self.progress, stop_after=self.stop_after)
+
+
+def transition_stats(states, phase):
+    """Per-chain arrays of a phase's kept outputs, stacked: (chains, n, ...)."""
+    return {key: np.stack([s.outputs[phase][key] for s in states])
+            for key in states[0].outputs[phase]}
+
+
+def warn_about_stuck_chains(name, result):
+    """Warn about chains that never moved or whose every proposal diverged while sampling."""
+    for chain in range(result.samples.shape[0]):
+        if np.all(result.diverging[chain]):
+            warnings.warn(f"{name} chain {chain}: every proposal of the sampling phase diverged "
+                          "(energy error above max_energy_error or non-finite): its draws are "
+                          "all the same point. Use a smaller step size.",
+                          RuntimeWarning, stacklevel=4)
+        elif not np.any(result.accepted[chain]):
+            warnings.warn(f"{name} chain {chain}: no proposal of the sampling phase was "
+                          "accepted: its draws are all the same point and tell nothing about "
+                          "the posterior. Use a smaller step size (or longer warm-up).",
+                          RuntimeWarning, stacklevel=4)
