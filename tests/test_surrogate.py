@@ -240,12 +240,17 @@ def test_surrogate_is_a_c_level_target_for_hmc(check_mean):
     assert abs(res.samples.mean()) < 0.15 and abs(res.samples.std() - 1) < 0.1
 
 
-def test_pickle_and_spawn_round_trip():
-    sur, Q, _, _ = fitted("rbf", "softplus", True)
+@pytest.mark.parametrize("nodes, whiten", [("rbf", True), ("additive", True), ("additive", False)])
+def test_pickle_and_state_round_trip(tmp_path, nodes, whiten):
+    """Pickle, and get_state/from_state through an .npz file without pickle (checkpoints)."""
+    sur, Q, _, _ = fitted(nodes, "softplus", whiten)
     clone = pickle.loads(pickle.dumps(sur))
     np.testing.assert_array_equal(clone.predict(Q), sur.predict(Q))
-    spawned = sur._ctarget.spawn()
-    np.testing.assert_array_equal(spawned.eval_gradient(Q[0]), sur.gradient(Q[0]))
+    rnshmc.SampleResult(state=sur.get_state()).save(tmp_path / "s.npz")
+    rebuilt = RandomNetworkSurrogate.from_state(rnshmc.load(tmp_path / "s.npz")["state"])
+    np.testing.assert_array_equal(rebuilt.predict(Q), sur.predict(Q))
+    np.testing.assert_array_equal(rebuilt.gradient(Q[0]), sur.gradient(Q[0]))
+    assert rebuilt.n_train_ == sur.n_train_ and rebuilt.fit_residual_ == sur.fit_residual_
 
 
 def test_same_seed_same_network():

@@ -100,7 +100,11 @@ target_accept, max_energy_error
             RandomNetworkSurrogate(dim, **dict(self.surrogate_options, n_hidden=1))
         if surrogate_n_steps is None:
             surrogate_n_steps = self.n_steps
-        elif not (isinstance(surrogate_n_steps, str) and surrogate_n_steps == "auto"):
+        elif isinstance(surrogate_n_steps, str):
+            if surrogate_n_steps != "auto":
+                raise ValueError(f"surrogate_n_steps must be an integer, 'auto' or None, got "
+                                 f"{surrogate_n_steps!r}")
+        else:
             surrogate_n_steps = check_integer(surrogate_n_steps, "surrogate_n_steps", minimum=1)
         self.surrogate_n_steps = surrogate_n_steps
         self.n_explore = None if n_explore is None else check_integer(n_explore, "n_explore", 2)
