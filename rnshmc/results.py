@@ -8,6 +8,10 @@ compressed ``.npz`` that needs no pickling to read.
 
 import inspect
 import json
+import os
+import tokenize
+import zipfile
+import zlib
 
 import numpy as np
 
@@ -22,6 +26,21 @@ _META_KEY = "__meta__"
 _RESERVED_NAMES = {"file", "allow_pickle", "args", "kwds", _META_KEY}
 _RESERVED_PREFIXES = ("dict::", "list::", "tuple::", "array::")
 _JSON_TYPES = (type(None), bool, int, float, str)
+# The first bytes of a zip file: a member, or the end record of an empty zip.
+_ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
+# What reading a malformed file raises besides ValueError: np.load and zipfile
+# (EOFError for an empty file, BadZipFile, zlib.error, OSError for a seek to a
+# bad offset, RuntimeError for encrypted members, NotImplementedError for an
+# unknown compression), NumPy's .npy header parser (SyntaxError,
+# tokenize.TokenError), json (RecursionError on deep nesting), and MemoryError
+# for an .npy header declaring an impossibly large array.  `load` turns them
+# into ValueError; it opens the file outside, so a missing one still raises
+# FileNotFoundError.
+_MALFORMED = (
+    ValueError, TypeError, KeyError, IndexError, AttributeError, EOFError,
+    OSError, zipfile.BadZipFile, zlib.error, RuntimeError, SyntaxError,
+    tokenize.TokenError, OverflowError, MemoryError,
+)
 
 
 class SampleResult(dict):
@@ -314,21 +333,58 @@ def load(path):
 
     Raises
     ------
+    FileNotFoundError
+        If `path` does not exist (other errors opening it, such as
+        :class:`PermissionError`, are raised as they are too).
     ValueError
-        If the file was not written by :meth:`SampleResult.save`.
+        If the file is not a ``.npz`` written by :meth:`SampleResult.save`
+        or is damaged: not a zip file, truncated or corrupted, without the
+        ``"__meta__"`` entry, with metadata that is not the JSON ``save``
+        writes (wrong format or version, unknown or ill-typed entries,
+        references to missing arrays), or holding object arrays (which would
+        need pickle).  The message names the file and the problem; the
+        original exception, if any, is chained.
     """
-    with np.load(path, allow_pickle=False) as npz:
-        if _META_KEY not in npz.files:
-            raise ValueError(f"{path!r} is not a saved SampleResult (no {_META_KEY!r})")
-        meta = json.loads(npz[_META_KEY].item())
-        if meta.get("format") != _FORMAT or meta.get("version", 0) > _VERSION:
-            raise ValueError(
-                f"{path!r}: unsupported format {meta.get('format')!r} "
-                f"version {meta.get('version')!r}"
+    if hasattr(path, "read"):
+        return _load(path, path)
+    with open(os.fspath(path), "rb") as file:
+        return _load(file, path)
+
+
+def _load(file, path):
+    """`load` from the open `file`; `path` names it in error messages."""
+    try:
+        # np.load would read an .npy file as an array, and suggest unpickling
+        # anything else
+        magic = file.read(len(_ZIP_MAGIC[0]))
+        file.seek(-len(magic), 1)
+        if magic not in _ZIP_MAGIC:
+            raise ValueError("not an .npz file (it does not start like a zip)")
+        with np.load(file, allow_pickle=False) as npz:
+            if _META_KEY not in npz.files:
+                raise ValueError(f"no {_META_KEY!r} entry")
+            meta = _array(npz, _META_KEY)
+            if meta.shape != () or meta.dtype.kind != "U":
+                raise ValueError(f"{_META_KEY!r} is not a string")
+            meta = json.loads(meta.item())
+            if not isinstance(meta, dict) or meta.get("format") != _FORMAT:
+                raise ValueError("the metadata do not describe a SampleResult")
+            version = meta.get("version")
+            if type(version) is not int or not 1 <= version <= _VERSION:
+                raise ValueError(f"unsupported version {version!r}")
+            entries = meta.get("entries")
+            if not isinstance(entries, dict):
+                raise ValueError("the metadata have no 'entries' object")
+            return SampleResult(
+                (key, _decode(node, npz, repr(key))) for key, node in entries.items()
             )
-        return SampleResult(
-            (key, _decode(node, npz)) for key, node in meta["entries"].items()
-        )
+    except _MALFORMED as exc:
+        problem = f"{type(exc).__name__}: {exc}"
+        if type(exc) is ValueError:
+            problem = str(exc)
+        raise ValueError(
+            f"{path!r} is not a valid saved SampleResult: {problem}"
+        ) from exc
 
 
 # -- helpers ----------------------------------------------------------------
@@ -384,21 +440,56 @@ def _encode(value, where, array_name, arrays):
     )
 
 
-def _decode(node, npz):
-    """Inverse of `_encode`."""
+def _decode(node, npz, where):
+    """Inverse of `_encode`; `where` names the node in error messages.
+
+    Every node is checked to be what `_encode` writes, so a damaged file
+    raises ValueError rather than returning values of the wrong types.
+    """
+    if not (isinstance(node, dict) and len(node) == 1):
+        raise ValueError(f"entry {where} is not a one-key object: {node!r:.60}")
     (kind, payload), = node.items()
+    expected = {
+        "value": _JSON_TYPES, "float": (str,), "array": (str,), "scalar": (str,),
+        "dict": (dict,), "list": (list,), "tuple": (list,),
+    }.get(kind)
+    if expected is None:
+        raise ValueError(f"entry {where} has an unknown kind {kind!r}")
+    if type(payload) not in expected:
+        raise ValueError(
+            f"entry {where} of kind {kind!r} holds a {type(payload).__name__}"
+        )
     if kind == "value":
         return payload
     if kind == "float":
-        return float(payload)
+        try:
+            return float(payload)
+        except ValueError:
+            raise ValueError(f"entry {where}: {payload!r:.40} is not a float") from None
     if kind == "array":
-        return npz[payload]
+        return _array(npz, payload, where)
     if kind == "scalar":
-        return npz[payload][()]
+        array = _array(npz, payload, where)
+        if array.shape != ():
+            raise ValueError(f"entry {where}: array {payload!r} is not a scalar")
+        return array[()]
     if kind == "dict":
-        return {k: _decode(v, npz) for k, v in payload.items()}
-    if kind == "list":
-        return [_decode(v, npz) for v in payload]
-    if kind == "tuple":
-        return tuple(_decode(v, npz) for v in payload)
-    raise ValueError(f"unknown entry kind {kind!r} in saved SampleResult")
+        return {k: _decode(v, npz, f"{where}[{k!r}]") for k, v in payload.items()}
+    items = [_decode(v, npz, f"{where}[{i}]") for i, v in enumerate(payload)]
+    return items if kind == "list" else tuple(items)
+
+
+def _array(npz, name, where=None):
+    """The array `name` of `npz` (NpzFile returns non-.npy members as bytes)."""
+    where = "" if where is None else f"entry {where}: "
+    if name not in npz.files:
+        raise ValueError(f"{where}no array {name!r} in the file")
+    try:
+        array = npz[name]  # object arrays: ValueError, as allow_pickle=False
+    except _MALFORMED as exc:  # name the member (a bad CRC, header, data...)
+        raise ValueError(
+            f"{where}cannot read {name!r}: {type(exc).__name__}: {exc}"
+        ) from exc
+    if not isinstance(array, np.ndarray):
+        raise ValueError(f"{where}{name!r} is not an .npy array")
+    return array

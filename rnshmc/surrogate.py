@@ -1,10 +1,11 @@
 """Random-network (extreme learning machine) surrogate of a potential energy."""
+import math
 import time
 import warnings
 
 import numpy as np
 import scipy.linalg
-from scipy.linalg.blas import dsyrk
+from scipy.linalg.blas import dnrm2, dsyrk
 
 from ._kernels._surrogate import ACTIVATIONS, NetworkTarget, hidden_layer
 
@@ -17,6 +18,28 @@ _STACKED_LIMIT = 2 ** 25
 
 def _rng(rng):
     return rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
+
+
+def _real_array(x, name, contiguous=False):
+    """``x`` as a float64 array, with a ValueError naming ``name`` if it is not real numbers."""
+    try:
+        x = np.asarray(x)
+        if np.iscomplexobj(x):  # float64 conversion would silently drop the imaginary parts
+            raise TypeError("got complex values")
+        x = x.astype(np.float64, copy=False)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name} must be an array of real numbers: {exc}") from None
+    return np.ascontiguousarray(x) if contiguous else x
+
+
+def _rms(r):
+    """Root mean square of ``r`` without overflow in the squares (BLAS nrm2 rescales)."""
+    r = np.ascontiguousarray(r, dtype=np.float64).ravel()
+    return float(dnrm2(r) / math.sqrt(r.size)) if r.size else 0.0
+
+
+def _all_finite(*arrays):
+    return all(a is None or np.all(np.isfinite(a)) for a in arrays)
 
 
 class RandomNetworkSurrogate:
@@ -145,6 +168,15 @@ class RandomNetworkSurrogate:
         Returns
         -------
         self
+
+        Raises
+        ------
+        ValueError
+            If the inputs have wrong shapes or non-finite values; if whitening (or the metric of
+            the gradient misfits) is asked for but the training inputs' covariance is singular
+            (fewer than two distinct points) or overflows; or if the fit cannot be done in
+            float64 (targets spanning more than ~1.8e308, hidden units or normal equations
+            overflowing): the fit never leaves non-finite weights behind.
         """
         start = time.perf_counter()
         Q, t, G = self._check_training_data(Q, t, gradients)
@@ -152,13 +184,21 @@ class RandomNetworkSurrogate:
             raise ValueError(f"gradient_weight must be finite and >= 0, got {gradient_weight!r}")
         if G is None or gradient_weight == 0:
             G, gradient_weight = None, 0.0
-        offset = float(t.min())
+        offset, top = float(t.min()), float(t.max())
+        if not math.isfinite(top - offset):  # Python floats: overflows to inf, no warning
+            raise ValueError(f"the training targets span {offset:.3g} to {top:.3g}, too wide to "
+                             "fit: their differences from the minimum overflow float64 "
+                             "(rescale the potential)")
         t = t - offset
         mean, L = self._input_transform(Q) if self.whiten else (None, None)
         X = Q if L is None else scipy.linalg.solve_triangular(L, (Q - mean).T, lower=True).T
         X = np.ascontiguousarray(X)
-        W, bias, gamma = self._layer(X)
+        W, bias, gamma, rbf_units = self._layer(X)
         H, S = hidden_layer(self.activation, X, W, bias, gamma, slopes=True)
+        if not _all_finite(W, bias, gamma, H, S):
+            raise ValueError("the hidden units are not finite on the training inputs (largest "
+                             f"|x| {np.abs(X).max():.3g}, weight_scale={self.weight_scale:g}): "
+                             "rescale the inputs, use whiten=True or a moderate weight_scale")
         gradient_terms = None
         if G is not None:
             # Gradient misfits are measured in the metric of the inputs' covariance,
@@ -169,28 +209,44 @@ class RandomNetworkSurrogate:
             if L is not None:
                 M = np.eye(self.dim)  # x is already whitened
             gradient_terms = (X @ M, W @ M, gamma, np.ascontiguousarray(G), gradient_weight)
-        normal, rhs = self._normal_equations(t, H, S, gradient_terms)
+        with np.errstate(over="ignore", invalid="ignore"):  # reported below, as a ValueError
+            normal, rhs = self._normal_equations(t, H, S, gradient_terms)
+        if not _all_finite(normal, rhs):
+            raise ValueError(
+                "the surrogate's normal equations overflow float64 (hidden-unit outputs up to "
+                f"{np.abs(H).max():.3g}, shifted targets up to {top - offset:.3g}"
+                + ("" if G is None else f", gradients up to {np.abs(G).max():.3g} weighted "
+                   f"{gradient_weight:g}") + "): rescale the inputs or the potential")
         v = self._solve(normal, rhs, t, H, S, gradient_terms)
+        if not _all_finite(v):
+            # a safety net: the weights would make every surrogate evaluation NaN or inf
+            raise ValueError(f"solving the surrogate's normal equations gave non-finite output "
+                             f"weights (ridge={self.ridge:g}, {len(t)} training points, "
+                             f"{self.n_hidden} hidden units)")
+        ctarget = self._make_ctarget(W, bias, gamma, v, offset, mean, L)
 
+        # only now, with nothing left to fail, replace the previous fit's state
+        if rbf_units is not None:
+            self.centres_, self.widths_ = rbf_units
         self.output_weights = v
         self.input_mean_, self.input_factor_ = mean, L
         self.offset_ = offset
         self.n_train_ = Q.shape[0]
-        self.fit_residual_ = float(np.sqrt(np.mean((H @ v - t) ** 2)))
+        self.fit_residual_ = _rms(H @ v - t)
         self.gradient_residual_ = None
         if gradient_terms is not None:
             Xg, Wg, _, Gg, _ = gradient_terms
             fitted_gradients = (S * v) @ Wg
             if gamma is not None:
                 fitted_gradients -= ((S * v) @ gamma)[:, None] * Xg
-            self.gradient_residual_ = float(np.sqrt(np.mean((fitted_gradients - Gg) ** 2)))
-        self._ctarget = self._make_ctarget(W, bias, gamma, v, offset, mean, L)
+            self.gradient_residual_ = _rms(fitted_gradients - Gg)
+        self._ctarget = ctarget
         self.fit_time_ = time.perf_counter() - start
         return self
 
     def _check_training_data(self, Q, t, gradients):
-        Q = np.ascontiguousarray(Q, dtype=np.float64)
-        t = np.asarray(t, dtype=np.float64)
+        Q = _real_array(Q, "Q", contiguous=True)
+        t = _real_array(t, "t")
         if Q.ndim != 2 or Q.shape[1] != self.dim or Q.shape[0] < 1:
             raise ValueError(f"Q must have shape (N, {self.dim}) with N >= 1, got {Q.shape}")
         if t.shape != (Q.shape[0],):
@@ -199,7 +255,7 @@ class RandomNetworkSurrogate:
             raise ValueError("training inputs and targets must be finite")
         G = None
         if gradients is not None:
-            G = np.ascontiguousarray(gradients, dtype=np.float64)
+            G = _real_array(gradients, "gradients", contiguous=True)
             if G.shape != Q.shape:
                 raise ValueError(f"gradients must have shape {Q.shape}, got {G.shape}")
             if not np.all(np.isfinite(G)):
@@ -208,12 +264,30 @@ class RandomNetworkSurrogate:
 
     def _input_transform(self, Q):
         """(mean, lower Cholesky factor of the covariance) of the inputs."""
+        # used to whiten the inputs, and (without whitening) as the gradient misfits' metric
+        purpose, remedy = (("whitening", "use whiten=False or more distinct points")
+                           if self.whiten else
+                           ("scaling the gradient misfits by it",
+                            "fit without gradients or with more distinct points"))
         if Q.shape[0] < 2:
-            raise ValueError("whitening needs at least two training points")
+            raise ValueError(f"the training inputs' covariance needs at least two points: "
+                             f"{purpose} is impossible; {remedy}")
         mean = Q.mean(axis=0)
-        cov = np.atleast_2d(np.cov(Q, rowvar=False))
+        with np.errstate(over="ignore", invalid="ignore"):  # reported below, as a ValueError
+            cov = np.atleast_2d(np.cov(Q, rowvar=False))
+        trace = np.trace(cov)
+        if not np.all(np.isfinite(cov)):
+            raise ValueError(f"the training inputs' covariance overflows float64 (inputs up to "
+                             f"{np.abs(Q).max():.3g}): {purpose} is impossible; rescale them")
+        identical = bool(np.all(Q == Q[0]))
+        if identical or not trace > 0:
+            # A zero covariance would leave only the absolute jitter below: a factor ~1e-150
+            # that blows the mean's rounding errors up into inputs ~1e133 (NaN RBF weights).
+            why = f"all {Q.shape[0]} points are identical" if identical else "it underflows"
+            raise ValueError(f"the training inputs have a singular covariance ({why}): "
+                             f"{purpose} is impossible; {remedy}")
         # a small jitter keeps the factor defined for degenerate histories (few distinct points)
-        cov += np.eye(self.dim) * (1e-10 * np.trace(cov) / self.dim + 1e-300)
+        cov += np.eye(self.dim) * (1e-10 * trace / self.dim + 1e-300)
         try:
             L = np.linalg.cholesky(cov)
         except np.linalg.LinAlgError:
@@ -223,9 +297,10 @@ class RandomNetworkSurrogate:
         return mean, L
 
     def _layer(self, X):
-        """The hidden layer acting on x: (W, bias, gamma) in the kernel's form."""
+        """The hidden layer acting on x: (W, bias, gamma) in the kernel's form, and the RBF
+        (centres, widths) (None for additive units)."""
         if self.nodes == "additive":
-            return self.input_weights, self.biases, None
+            return self.input_weights, self.biases, None, None
         # RBF: centres are training inputs picked at random; widths scale with the inputs' spread
         n = X.shape[0]
         picks = self._rng.choice(n, size=self.n_hidden, replace=n < self.n_hidden)
@@ -233,10 +308,9 @@ class RandomNetworkSurrogate:
         spread = float(np.mean(X.std(axis=0))) or 1.0
         widths = self.width_factors * spread
         gamma = 1.0 / widths ** 2
-        self.centres_, self.widths_ = centres, widths
         W = np.ascontiguousarray(gamma[:, None] * centres)
         bias = -0.5 * gamma * np.einsum("ij,ij->i", centres, centres)
-        return W, bias, gamma
+        return W, bias, gamma, (centres, widths)
 
     def _normal_equations(self, t, H, S, gradient_terms):
         """(H^T H + lambda I + gradient terms, H^T t + gradient terms), upper triangle valid.
@@ -309,8 +383,17 @@ class RandomNetworkSurrogate:
         A = scipy.linalg.solve_triangular(L, np.eye(self.dim), lower=True)  # x = A (q - mean)
         if gamma is None:
             # fold the whitening into the layer: W x + b = (W A) q + (b - W A mean)
-            W_q = W @ A
-            return NetworkTarget(self.activation, W_q, bias - W_q @ mean, v, offset)
+            with np.errstate(over="ignore", invalid="ignore"):  # reported below
+                W_q = W @ A
+                parts = (W_q, bias - W_q @ mean)
+        else:
+            parts = (A,)
+        if not _all_finite(*parts):
+            raise ValueError("the whitening transform overflows float64 (the training inputs' "
+                             "spread is tiny against their magnitude): use whiten=False or "
+                             "centre the inputs")
+        if gamma is None:
+            return NetworkTarget(self.activation, *parts, v, offset)
         return NetworkTarget(self.activation, W, bias, v, offset, gamma, np.tril(A), mean)
 
     # ------------------------------------------------------------------------------------------

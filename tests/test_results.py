@@ -1,9 +1,15 @@
+import io
+import json
 import math
 import re
+import struct
 import sys
+import zipfile
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import rnshmc
 from rnshmc.results import SampleResult, load
@@ -218,3 +224,239 @@ def test_to_arviz():
     assert stats["step_size"].shape == (CHAINS, DRAWS)
     np.testing.assert_array_equal(stats["step_size"].values[:, 0], make_result().step_size)
     np.testing.assert_array_equal(stats["lp"].values, make_result().log_density)
+
+
+# -- malformed files -----------------------------------------------------------
+# Every file `load` cannot read raises ValueError naming it; a missing file,
+# FileNotFoundError.
+def valid_file():
+    """A small saved file: (bytes, metadata, arrays), computed once."""
+    if not hasattr(valid_file, "cache"):
+        buffer = io.BytesIO()
+        SampleResult(
+            samples=np.arange(12.0).reshape(1, 4, 3),
+            timings={"tune": 0.5, "per_phase": np.arange(2)},
+            names=["a", 1, None],
+            step=np.float32(0.25),
+            rate=float("nan"),
+        ).save(buffer)
+        data = buffer.getvalue()
+        with np.load(io.BytesIO(data)) as npz:
+            arrays = {name: npz[name] for name in npz.files if name != "__meta__"}
+            meta = json.loads(npz["__meta__"].item())
+        valid_file.cache = data, meta, arrays
+    return valid_file.cache
+
+
+def npy_bytes(array):
+    buffer = io.BytesIO()
+    np.save(buffer, array, allow_pickle=True)
+    return buffer.getvalue()
+
+
+def npy_with_header(header):
+    """An .npy file (format 1.0) whose header text is `header`, then 64 zero bytes."""
+    header = header.encode("latin1")
+    header += b" " * (-(10 + len(header) + 1) % 64) + b"\n"
+    return b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header + b"\0" * 64
+
+
+def zip_bytes(members):
+    """An uncompressed zip of {name: bytes} members, or of arrays as name + '.npy'."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as z:
+        for name, value in members.items():
+            if isinstance(value, bytes):
+                z.writestr(name, value)
+            else:
+                z.writestr(name + ".npy", npy_bytes(value))
+    return buffer.getvalue()
+
+
+def with_meta(meta, **members):
+    """A file with `meta` (JSON-encoded unless a str) as its metadata, and `members`."""
+    text = meta if isinstance(meta, str) else json.dumps(meta)
+    return zip_bytes({"__meta__": np.array(text), **members})
+
+
+def with_entries(entries, version=1, **members):
+    meta = {"format": "rnshmc.SampleResult", "version": version, "entries": entries}
+    return with_meta(meta, **members)
+
+
+def patch_zip_headers(data, fields, value):
+    """Set a 2-byte field of every (local, central) zip header, at offsets `fields`."""
+    out = bytearray(data)
+    for signature, field in zip((b"PK\x03\x04", b"PK\x01\x02"), fields):
+        start = 0
+        while (start := out.find(signature, start)) >= 0:
+            struct.pack_into("<H", out, start + field, value)
+            start += 4
+    return bytes(out)
+
+
+def patch_end_record(data, field, value):
+    """Set a 4-byte field of the zip's end-of-central-directory record."""
+    out = bytearray(data)
+    struct.pack_into("<I", out, out.rfind(b"PK\x05\x06") + field, value)
+    return bytes(out)
+
+
+def flip_member_byte(data):
+    """Flip a byte inside the first member's compressed data (not in a zip header)."""
+    out = bytearray(data)
+    name_len, extra_len = struct.unpack_from("<HH", out, 26)
+    out[30 + name_len + extra_len + 20] ^= 0xFF
+    return bytes(out)
+
+
+def entry(node, **members):
+    """A file whose only entry, 'x', is `node`."""
+    return with_entries({"x": node}, **members)
+
+
+RESULT = "rnshmc.SampleResult"
+NPY_HEADER = "{'descr': '<f8', 'fortran_order': False, 'shape': "
+UNCLOSED_NPY = npy_with_header(NPY_HEADER + "(3,")  # a syntax error
+HUGE_NPY = npy_with_header(NPY_HEADER + f"({10**15},)}}")  # 8e15 bytes declared, 64 stored
+# (case, the file's bytes from the valid file's); the comment says what `load`
+# raised before it turned every failure into ValueError ("returned": no error).
+MALFORMED_FILES = [
+    ("empty file", lambda v: b""),  # EOFError
+    ("text file", lambda v: b"not an npz\n"),  # ValueError: "...load it unsafely"
+    ("npy file", lambda v: npy_bytes(np.arange(3))),  # TypeError: context manager
+    ("truncated to 10 bytes", lambda v: v[:10]),  # BadZipFile
+    ("truncated to half", lambda v: v[: len(v) // 2]),  # BadZipFile
+    ("truncated end record", lambda v: v[:-10]),  # BadZipFile
+    ("member data corrupted", flip_member_byte),  # BadZipFile: Bad CRC-32
+    ("bad directory offset", lambda v: patch_end_record(v, 16, 2**32 - 1)),  # OSError
+    ("encrypted", lambda v: patch_zip_headers(entry({"value": 1}), (6, 8), 1)),
+    # ^ RuntimeError: password required
+    ("unknown compression", lambda v: patch_zip_headers(entry({"value": 1}), (8, 10), 99)),
+    # ^ NotImplementedError
+    ("no metadata", lambda v: zip_bytes({"a": np.arange(3)})),  # ValueError
+    ("metadata not npy", lambda v: zip_bytes({"__meta__.npy": b"{}"})),  # AttributeError
+    ("metadata an int", lambda v: zip_bytes({"__meta__": np.array(3)})),  # TypeError
+    ("metadata 1-d", lambda v: zip_bytes({"__meta__": np.array(["{}"] * 2)})),
+    # ^ ValueError: can only convert an array of size 1
+    ("metadata objects", lambda v: zip_bytes({"__meta__": np.array([{}], dtype=object)})),
+    # ^ ValueError: Object arrays cannot be loaded when allow_pickle=False
+    ("metadata npy header", lambda v: zip_bytes({"__meta__.npy": UNCLOSED_NPY})),
+    # ^ tokenize.TokenError (NumPy's header parser)
+    ("metadata not JSON", lambda v: with_meta("{'format': 1")),  # JSONDecodeError
+    ("metadata a list", lambda v: with_meta([1, 2])),  # AttributeError
+    ("metadata null", lambda v: with_meta("null")),  # AttributeError
+    ("metadata too deep", lambda v: with_meta("[" * 10**5 + "]" * 10**5)),
+    # ^ RecursionError
+    ("wrong format", lambda v: with_meta({"format": "x", "version": 1, "entries": {}})),
+    # ^ ValueError
+    ("version a string", lambda v: with_entries({}, version="1")),  # TypeError
+    ("version too new", lambda v: with_entries({}, version=2)),  # ValueError
+    ("no entries", lambda v: with_meta({"format": RESULT, "version": 1})),  # KeyError
+    ("entries a list", lambda v: with_entries([])),  # AttributeError
+    ("entry a number", lambda v: entry(5)),  # AttributeError
+    ("entry without kind", lambda v: entry({})),  # ValueError: not enough values to unpack
+    ("entry with two kinds", lambda v: entry({"value": 1, "float": "1"})),  # ValueError
+    ("unknown kind", lambda v: entry({"pickle": "x"})),  # ValueError
+    ("value a list", lambda v: entry({"value": [1, 2]})),  # returned [1, 2]
+    ("float not a string", lambda v: entry({"float": None})),  # TypeError
+    ("float not a number", lambda v: entry({"float": "fast"})),  # ValueError
+    ("missing array", lambda v: entry({"array": "gone"})),  # KeyError
+    ("array name a number", lambda v: entry({"array": 5})),  # KeyError
+    ("array name a list", lambda v: entry({"array": ["a"]})),  # TypeError: unhashable
+    ("array not npy", lambda v: entry({"array": "raw"}, raw=b"12345")),  # returned bytes
+    ("object array", lambda v: entry({"array": "a"}, a=np.array([None], dtype=object))),
+    # ^ ValueError: Object arrays cannot be loaded when allow_pickle=False
+    ("scalar not 0-d", lambda v: entry({"scalar": "a"}, a=np.arange(3))),  # returned array
+    ("dict payload a list", lambda v: entry({"dict": []})),  # AttributeError
+    ("list payload a number", lambda v: entry({"list": 3})),  # TypeError
+    ("tuple payload a dict", lambda v: entry({"tuple": {"a": {"value": 1}}})),
+    # ^ AttributeError
+    ("nested entry broken", lambda v: entry({"dict": {"y": {"list": [7]}}})),
+    # ^ AttributeError
+    ("array npy header", lambda v: entry({"array": "a"}, **{"a.npy": UNCLOSED_NPY})),
+    # ^ tokenize.TokenError
+    ("array bigger than data", lambda v: entry({"array": "a"}, **{"a.npy": HUGE_NPY})),
+    # ^ MemoryError: Unable to allocate 7.11 PiB
+]
+
+
+@pytest.mark.parametrize(
+    "make", [m for _, m in MALFORMED_FILES], ids=[case for case, _ in MALFORMED_FILES]
+)
+def test_load_malformed_file_raises_value_error(tmp_path, make):
+    path = tmp_path / "bad.npz"
+    path.write_bytes(make(valid_file()[0]))
+    with pytest.raises(ValueError, match=re.escape(repr(path))):
+        load(path)
+    with open(path, "rb") as f:  # file objects too
+        with pytest.raises(ValueError, match="not a valid saved SampleResult"):
+            load(f)
+
+
+def test_load_missing_file_raises_file_not_found(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        load(tmp_path / "missing.npz")
+    with pytest.raises(FileNotFoundError):
+        load(str(tmp_path / "missing.npz"))
+
+
+# -- fuzzing: a damaged file loads, or raises ValueError; nothing else ----------
+def assert_loads_or_value_error(data):
+    try:
+        result = load(io.BytesIO(data))
+    except ValueError:
+        return
+    assert type(result) is SampleResult
+
+
+# deterministic (derandomize) and bounded, for CI: about a second each
+FUZZ = settings(max_examples=150, derandomize=True, deadline=None, database=None)
+
+
+@FUZZ
+@given(
+    edits=st.lists(
+        st.tuples(st.floats(0, 1, exclude_max=True), st.integers(0, 255)), max_size=6
+    ),
+    keep=st.one_of(st.none(), st.floats(0, 1)),
+)
+def test_fuzz_damaged_bytes(edits, keep):
+    """Bytes overwritten anywhere (zip headers, compressed data); the file truncated."""
+    data = bytearray(valid_file()[0])
+    for where, byte in edits:
+        data[int(where * len(data))] = byte
+    if keep is not None:
+        data = data[: int(keep * len(data))]
+    assert_loads_or_value_error(bytes(data))
+
+
+KINDS = ["value", "float", "array", "scalar", "dict", "list", "tuple"]
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=4)
+    | st.sampled_from(["nan", "-inf", "samples", "dict::timings::per_phase", "step"]),
+    lambda inner: st.lists(inner, max_size=3)
+    | st.dictionaries(st.sampled_from(KINDS + ["format", "version", "entries"]), inner,
+                      max_size=2),
+    max_leaves=8,
+)
+
+
+@FUZZ
+@given(path=st.lists(st.integers(0, 20), max_size=5), value=JSON)
+def test_fuzz_damaged_metadata(path, value):
+    """A random JSON value put somewhere in the valid metadata (with real array
+    names and kinds likely, so that the checks of every entry are reached)."""
+    _, meta, arrays = valid_file()
+    holder = {"root": json.loads(json.dumps(meta))}  # a copy; the root replaceable
+    parent, key = holder, "root"
+    for step in path:  # walk down existing keys and indices, as far as they go
+        child = parent[key]
+        if isinstance(child, dict) and child:
+            parent, key = child, sorted(child)[step % len(child)]
+        elif isinstance(child, list) and child:
+            parent, key = child, step % len(child)
+        else:
+            break
+    parent[key] = value
+    assert_loads_or_value_error(with_meta(json.dumps(holder["root"]), **arrays))

@@ -302,3 +302,104 @@ def test_bad_fit_inputs_and_unfitted_use():
         sur.predict(np.zeros(3))
     with pytest.raises(ValueError, match="whiten"):
         RandomNetworkSurrogate(3, 10, whiten=True, rng=0).fit(Q[:1], t[:1])
+
+
+# --------------------------------------------------------------------------------------------
+# degenerate fits: each either works or raises a ValueError saying why, never leaves NaN weights
+
+
+def test_targets_too_wide_to_fit_raise():
+    """Finite targets spanning +-1e308: their differences from the minimum overflow (the fit
+    used to return NaN weights silently)."""
+    Q = np.random.default_rng(0).standard_normal((20, 3))
+    t = np.where(np.arange(20) % 2 == 0, 1e308, -1e308)
+    for nodes in ("additive", "rbf"):
+        with pytest.raises(ValueError, match="targets span .* too wide to fit"):
+            RandomNetworkSurrogate(3, 10, nodes=nodes, rng=0).fit(Q, t)
+
+
+@pytest.mark.parametrize("nodes", ["additive", "rbf"])
+@pytest.mark.parametrize("whiten,with_gradients", [(True, False), (True, True), (False, True)])
+def test_identical_points_cannot_be_whitened(nodes, whiten, with_gradients):
+    """Identical points have a zero covariance: whitening (or the gradient misfits' metric)
+    is impossible. It used to be 'regularised' by an absolute jitter 1e-300, whose factor
+    1e-150 blew the mean's rounding errors up into inputs ~1e133: NaN weights with RBF units."""
+    Q = np.full((10, 3), 0.1)
+    sur = RandomNetworkSurrogate(3, 20, nodes=nodes, whiten=whiten, ridge=1e-6, rng=0)
+    with pytest.raises(ValueError, match=r"singular covariance \(all 10 points are identical\)"):
+        sur.fit(Q, np.full(10, 2.0), gradients=np.ones_like(Q) if with_gradients else None)
+    with pytest.raises(ValueError, match="at least two points"):
+        sur.fit(Q[:1], [2.0], gradients=np.ones((1, 3)) if with_gradients else None)
+
+
+@pytest.mark.parametrize("case, kwargs, scale, match", [
+    # normal equations overflowed to inf, and the fit was garbage (constant), silently
+    ("additive, huge inputs", {}, 1e200, "normal equations overflow"),
+    ("additive, huge weights", dict(weight_scale=1e300), 1.0, "normal equations overflow"),
+    # the RBF widths overflowed: NaN weights
+    ("rbf, huge inputs", dict(nodes="rbf"), 1e200, "hidden units are not finite"),
+    ("rbf, tiny widths", dict(nodes="rbf", weight_scale=1e300), 1.0, "hidden units are not finite"),
+    # the covariance overflowed (a SciPy 'array must not contain infs or NaNs' error)
+    ("whitened, huge inputs", dict(whiten=True), 1e200, "covariance overflows"),
+    # the covariance underflowed to zero
+    ("whitened, tiny spread", dict(whiten=True), 1e-200, "singular covariance"),
+])
+def test_overflowing_fits_raise(case, kwargs, scale, match):
+    Q, U, _ = training_data(np.random.default_rng(0), n=20)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        with pytest.raises(ValueError, match=match):
+            RandomNetworkSurrogate(3, 10, rng=0, **kwargs).fit(Q * scale, U)
+
+
+def test_nonfinite_solution_raises_and_keeps_the_previous_fit(monkeypatch):
+    """The safety net after the solve, and a failed fit leaves the previous one intact."""
+    sur, Q, U, _ = fitted("rbf", "softplus", True, gradients=False)
+    before = sur.predict(Q), sur.output_weights, sur.centres_
+    monkeypatch.setattr(sur, "_solve", lambda normal, *args: np.full(len(normal), np.nan))
+    with pytest.raises(ValueError, match="non-finite output weights"):
+        sur.fit(Q, U)
+    np.testing.assert_array_equal(sur.predict(Q), before[0])
+    assert sur.output_weights is before[1] and sur.centres_ is before[2]
+
+
+@pytest.mark.parametrize("nodes", ["additive", "rbf"])
+def test_degenerate_fits_that_work(nodes):
+    rng = np.random.default_rng(0)
+    Q = rng.standard_normal((20, 3))
+    # one point, or identical points, without whitening or gradients: the constant
+    for train in (Q[:1], np.repeat(Q[:1], 5, axis=0)):
+        sur = RandomNetworkSurrogate(3, 10, nodes=nodes, rng=0).fit(train, np.full(len(train), 4.0))
+        np.testing.assert_allclose(sur.predict(Q), 4.0)
+    # equal targets, whitened, with zero gradients: the constant, all weights zero
+    sur = RandomNetworkSurrogate(3, 10, nodes=nodes, whiten=True, rng=0)
+    sur.fit(Q, np.full(20, 5.0), gradients=np.zeros_like(Q))
+    np.testing.assert_array_equal(sur.output_weights, 0.0)
+    np.testing.assert_array_equal(sur.predict(Q), 5.0)
+    assert sur.fit_residual_ == 0.0 and sur.gradient_residual_ == 0.0
+
+
+def test_residuals_do_not_overflow():
+    """Targets spanning 1e160 fit fine; their RMS misfit used to overflow to inf in the squares."""
+    Q, U, G = training_data(np.random.default_rng(0), n=30)
+    sur = RandomNetworkSurrogate(3, 20, rng=0).fit(Q, 1e160 * U, 1e160 * G)
+    rms = 1e160 * np.sqrt(np.mean(((sur.predict(Q) - 1e160 * U) / 1e160) ** 2))
+    np.testing.assert_allclose(sur.fit_residual_, rms, rtol=1e-6)
+    assert np.isfinite(sur.gradient_residual_) and sur.gradient_residual_ > 0
+
+
+@pytest.mark.parametrize("arg, value, match", [
+    ("Q", "abc", "Q must be an array of real numbers"),
+    ("Q", [[1.0, 2.0, 3.0], [4.0]], "Q must be an array of real numbers"),
+    ("Q", np.ones((4, 3)) + 1j, "Q must be .* real .* complex"),  # was: imaginary part dropped
+    ("t", np.ones(4) * 1j, "t must be .* real .* complex"),
+    ("gradients", np.full((4, 3), "x"), "gradients must be an array of real numbers"),
+])
+def test_fit_inputs_that_are_not_real_numbers(arg, value, match):
+    args = dict(Q=np.random.default_rng(0).standard_normal((4, 3)), t=np.arange(4.0),
+                gradients=None)
+    args[arg] = value
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no ComplexWarning: an error instead
+        with pytest.raises(ValueError, match=match):
+            RandomNetworkSurrogate(3, 10, rng=0).fit(**args)
