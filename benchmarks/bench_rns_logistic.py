@@ -29,9 +29,10 @@ import numpy as np
 
 import rnshmc
 from _timing import ratio_line, rounds, timed, verdict  # benchmarks/ is on sys.path
-from rnshmc._kernels._hmc import HMCKernel
+from rnshmc._kernels._integrators import Leapfrog
+from rnshmc._kernels._metrics import EuclideanMetric
+from rnshmc._kernels._transition import TRANSITION, Chain
 from rnshmc.experiments import compare, format_table, summarize
-from rnshmc.samplers.hmc import _Buffers
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 from logistic_regression import PAPER_SETTINGS, load, samplers_for  # noqa: E402
@@ -80,13 +81,13 @@ def kernel_figures(model, rns_result, surrogate, repeats):
     q = rns_result.samples[0, -1]
     exact, network = model._ctarget, surrogate._ctarget
     # one RNS-HMC iteration (the papers' eps and L, jittered) against one exact potential
-    kernel = HMCKernel(network, exact)
-    kernel.set_position(q)
+    chain = Chain(network, exact, EuclideanMetric(model.dim), Leapfrog())
+    chain.set_position(q)
+    chain.step_size = 0.045
     n_iter, n_calls = 100, 2000
-    out = _Buffers(n_iter, model.dim)
+    samples, records = np.empty((n_iter, model.dim)), np.empty(n_iter, TRANSITION)
     generator = np.random.default_rng(0)
-    t = rounds({"iteration": lambda: kernel.run(generator, n_iter, 0.045, 6, True,
-                                                *out.rows(0, n_iter)),
+    t = rounds({"iteration": lambda: chain.run(generator, n_iter, 6, True, samples, records),
                 "potential": lambda: exact.time_evaluations(q, n_iter, "potential"),
                 "gradient": lambda: network.time_evaluations(q, n_calls, "gradient"),
                 "matvecs": lambda: network.time_matvecs(n_calls)}, repeats, 3)
@@ -126,7 +127,8 @@ def main():
         samplers, results = papers_settings(name, model, args)
         if name == "simulated":
             kernel_figures(model, results["RNS-HMC (papers)"],
-                           samplers["RNS-HMC (papers)"].surrogates_[0], args.repeats)
+                           rnshmc.RNSHMC.fitted_surrogates(results["RNS-HMC (papers)"])[0],
+                           args.repeats)
         if not args.skip_best:
             each_at_its_best(name, model, args)
 
