@@ -5,7 +5,19 @@ import scipy.linalg
 from .._kernels._fem import EllipticPDETarget
 from ..fem import EllipticSolver
 
-__all__ = ["EllipticPDE", "kl_basis", "observation_grid"]
+__all__ = ["EllipticPDE", "kl_basis", "canonical_eigenbasis", "observation_grid"]
+
+
+#: Eigenvalues closer than this times the largest eigenvalue count as one (degenerate)
+#: eigenvalue in :func:`kl_basis`. About sqrt(machine epsilon): a gap delta (relative to the
+#: largest eigenvalue) determines the eigenvectors only to ~eps / delta, while merging the pair
+#: moves the columns off the exact eigenvectors by ~delta; the two errors balance here.
+CLUSTER_TOL = 1e-8
+
+#: Magnitudes within this relative distance of the largest entry of a vector are ties for the
+#: sign convention of :func:`kl_basis`. Symmetric grids tie exactly, so rounding would decide;
+#: the tolerance is far above the ~eps / CLUSTER_TOL to which unmerged eigenvectors are known.
+SIGN_TIE_TOL = 1e-6
 
 
 def kl_basis(centres, n_modes=20, length_scale=0.2, variance=1.0):
@@ -16,6 +28,11 @@ def kl_basis(centres, n_modes=20, length_scale=0.2, variance=1.0):
     its unit-norm eigenvectors times the square roots of its eigenvalues, largest first, so
     that log kappa = basis @ theta has covariance ~C when theta ~ N(0, I).
 
+    On symmetric grids C has repeated eigenvalues, whose eigenspaces have no preferred basis,
+    and ``scipy.linalg.eigh`` returns different bases of them under different BLAS thread
+    counts; each cluster of (numerically) equal eigenvalues is therefore given the canonical
+    basis of :func:`canonical_eigenbasis`, which depends on the eigenspace only.
+
     Parameters
     ----------
     centres : array_like of shape (n_elements, 2)
@@ -25,8 +42,25 @@ def kl_basis(centres, n_modes=20, length_scale=0.2, variance=1.0):
     Returns
     -------
     ndarray of shape (n_elements, n_modes)
-        Column i is sqrt(lambda_i) phi_i. Sign convention: the entry of largest magnitude of
-        each phi_i is positive (ties: the first one).
+        Column i is sqrt(lambda_i) phi_i, lambda_i the eigenvalue (for a cluster, the mean of
+        its eigenvalues). Sign convention: the entry of largest magnitude of each phi_i is
+        positive (ties, within a relative ``SIGN_TIE_TOL``: the first one).
+
+    Notes
+    -----
+    Eigenvalues whose consecutive gaps are at most ``CLUSTER_TOL`` times the largest one form
+    a cluster. Eigenpairs beyond ``n_modes`` are computed until the cluster holding the last
+    kept mode is complete; if the truncation splits a cluster, the first columns of the
+    canonical basis of the whole cluster are kept (deterministic, but a subspace that C does
+    not single out). The columns are orthogonal, basis^T basis = diag(lambda), and
+    C phi_i = lambda_i phi_i holds to rounding, or to the cluster's spread (at most
+    ``CLUSTER_TOL`` times the largest eigenvalue per gap) for clusters of unequal eigenvalues.
+
+    The result is a function of C only, but it is computed from LAPACK's eigenvectors, which
+    differ in the last bits between BLAS thread counts and machines (the tridiagonal reduction
+    sums in a thread-dependent order): it agrees between them to rounding (measured: 1e-14
+    relative on the 30 x 30 Q1 grid), not bit for bit; eigenvectors of nearly equal but unmerged
+    eigenvalues agree to ~eps / gap (2e-12 on the 30 x 30 P1 mesh).
     """
     centres = np.asarray(centres, dtype=np.float64)
     n = centres.shape[0]
@@ -37,14 +71,93 @@ def kl_basis(centres, n_modes=20, length_scale=0.2, variance=1.0):
             raise ValueError(f"{name} must be positive and finite, got {value!r}")
     sq = np.sum((centres[:, None, :] - centres[None, :, :]) ** 2, axis=-1)
     cov = variance * np.exp(-sq / (2.0 * length_scale ** 2))
-    values, vectors = scipy.linalg.eigh(cov, subset_by_index=[n - n_modes, n - 1])
-    values, vectors = values[::-1], vectors[:, ::-1]
+    n_computed = min(n, n_modes + 4)          # a few more, so that a cluster is not cut
+    while True:
+        values, vectors = scipy.linalg.eigh(cov, subset_by_index=[n - n_computed, n - 1])
+        values, vectors = values[::-1], vectors[:, ::-1]
+        # the cluster holding the last kept mode is complete once a gap follows it
+        gaps = values[n_modes - 1:-1] - values[n_modes:]
+        closed = np.flatnonzero(gaps > CLUSTER_TOL * values[0])
+        if closed.size or n_computed == n:
+            end = n_modes + (closed[0] if closed.size else n_computed - n_modes)
+            break
+        n_computed = min(n, 2 * n_computed)
+    values, vectors = canonical_eigenbasis(values[:end], vectors[:, :end], scale=values[0])
+    values, vectors = values[:n_modes], vectors[:, :n_modes]
     if values[-1] <= 0:
         raise ValueError(f"only {np.sum(values > 0)} KL eigenvalues are positive at this "
                          f"resolution: use fewer than {n_modes} modes")
-    largest = np.argmax(np.abs(vectors), axis=0)
-    vectors = vectors * np.sign(vectors[largest, np.arange(n_modes)])
     return np.ascontiguousarray(vectors * np.sqrt(values))
+
+
+def _probes(n, k):
+    """Fixed pseudo-random probe vectors: ndarray of shape (n, k), entries uniform in [-1/2, 1/2).
+
+    Entry (i, j) is the SplitMix64 hash of the counter j * 2^32 + i, so it depends on i and j
+    only (not on n, k, the platform or the NumPy version).
+    """
+    with np.errstate(over="ignore"):
+        i, j = np.arange(n, dtype=np.uint64)[:, None], np.arange(k, dtype=np.uint64)
+        z = ((j << np.uint64(32)) + i + np.uint64(1)) * np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z ^= z >> np.uint64(31)
+    return (z >> np.uint64(11)).astype(np.float64) * 2.0 ** -53 - 0.5
+
+
+def canonical_eigenbasis(values, vectors, scale=None, tol=CLUSTER_TOL):
+    """A basis of eigenvectors that depends only on the eigenspaces, not on the basis given.
+
+    Parameters
+    ----------
+    values : array_like of shape (k,)
+        Eigenvalues of a symmetric matrix, in decreasing order.
+    vectors : array_like of shape (n, k)
+        Orthonormal eigenvectors, column i for ``values[i]``.
+    scale : float, optional
+        Clusters are runs of eigenvalues whose consecutive gaps are at most ``tol * scale``;
+        default the largest ``|values|`` (the matrix norm if ``values`` holds the top of the
+        spectrum).
+    tol : float
+        Relative gap below which eigenvalues count as equal (default ``CLUSTER_TOL``).
+
+    Returns
+    -------
+    values : ndarray of shape (k,)
+        Each eigenvalue replaced by the mean of its cluster.
+    vectors : ndarray of shape (n, k)
+        Within each cluster of size m, with V its given columns and P = V V^T its orthogonal
+        projector (which does not depend on the choice of V), the columns are the Q factor of
+        P G = Q R with diag(R) > 0, G the first m of the fixed probe vectors of
+        :func:`_probes`; then every column (singletons too) is signed so that its entry of
+        largest magnitude is positive (ties within a relative ``SIGN_TIE_TOL``: the first).
+        The result is a function of the eigenspaces only, up to rounding.
+    """
+    values = np.array(values, dtype=np.float64)
+    vectors = np.array(vectors, dtype=np.float64)
+    k = values.size
+    if vectors.ndim != 2 or vectors.shape[1] != k:
+        raise ValueError(f"vectors must have shape (n, {k}), got {vectors.shape}")
+    if k == 0:
+        return values, vectors
+    if scale is None:
+        scale = np.max(np.abs(values))
+    starts = np.flatnonzero(np.r_[True, values[:-1] - values[1:] > tol * scale])
+    stops = np.r_[starts[1:], k]
+    if np.any(stops - starts > 1):
+        probes = _probes(vectors.shape[0], int(np.max(stops - starts)))
+        for start, stop in zip(starts, stops):
+            if stop - start > 1:
+                V = vectors[:, start:stop]
+                # P G = V (V^T G) = V Q_w R_w, so the Q factor of P G is V Q_w
+                Q_w, R_w = np.linalg.qr(V.T @ probes[:, :stop - start])
+                vectors[:, start:stop] = V @ (Q_w * np.where(np.diag(R_w) < 0, -1.0, 1.0))
+                values[start:stop] = np.mean(values[start:stop])
+    magnitude = np.abs(vectors)
+    ties = magnitude >= (1.0 - SIGN_TIE_TOL) * magnitude.max(axis=0)
+    first = np.argmax(ties, axis=0)
+    vectors *= np.where(vectors[first, np.arange(k)] < 0, -1.0, 1.0)
+    return values, vectors
 
 
 def observation_grid(size=11):
