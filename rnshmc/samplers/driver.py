@@ -456,37 +456,27 @@ class ChainSampler:
         return matrices * (chains or 1)
 
 
-def _check_inverse_mass_matrix(m, dim):
+def _check_inverse_mass_matrix(m, dim, what="inverse mass matrix"):
+    """Raise ValueError unless ``m`` is a positive (dim,) diagonal or a symmetric positive
+    definite (dim, dim) matrix (a mass matrix or its inverse)."""
     if m.shape == (dim,):
         if not np.all(m > 0):
-            raise ValueError("a diagonal inverse mass matrix must be positive")
+            raise ValueError(f"a diagonal {what} must be positive")
     elif m.shape == (dim, dim):
         if not np.allclose(m, m.T):
-            raise ValueError("the inverse mass matrix must be symmetric")
+            raise ValueError(f"the {what} must be symmetric")
         try:
             np.linalg.cholesky(m)
         except np.linalg.LinAlgError:
-            raise ValueError("the inverse mass matrix is not positive definite") from None
+            raise ValueError(f"the {what} is not positive definite") from None
     else:
-        raise ValueError(f"an inverse mass matrix must have shape ({dim},) or ({dim}, {dim}), "
-                         f"got {m.shape}")
+        raise ValueError(f"the {what} must have shape ({dim},) or ({dim}, {dim}), got {m.shape}")
 
 
 def _invert_mass(M, dim):
     """The inverse of a user's mass matrix ((dim,) diagonal or (dim, dim) dense)."""
-    if M.shape == (dim,):
-        if not np.all(M > 0):
-            raise ValueError("a diagonal mass matrix must be finite and positive")
-        return 1.0 / M
-    if M.shape == (dim, dim):
-        if not np.allclose(M, M.T):
-            raise ValueError("the mass matrix must be finite and symmetric")
-        try:
-            np.linalg.cholesky(M)
-        except np.linalg.LinAlgError:
-            raise ValueError("the mass matrix is not positive definite") from None
-        return np.linalg.inv(M)
-    raise ValueError(f"mass_matrix must have shape ({dim},) or ({dim}, {dim}), got {M.shape}")
+    _check_inverse_mass_matrix(M, dim, "mass matrix")
+    return 1.0 / M if M.ndim == 1 else np.linalg.inv(M)
 
 
 def _is_process_pool(pool):
