@@ -1,12 +1,20 @@
-"""Shared helpers for the rnshmc tests: Monte Carlo error checks for statistical tests.
+"""Shared helpers for the rnshmc tests: Monte Carlo error checks for statistical tests, and
+the targets, chains and sampler calls the HMC tests (test_metrics, test_integrators,
+test_transition, test_adaptation, test_hmc) build on.
 
-The helpers are handed to tests as fixtures (``check_mean``, ``check_covariance``, ``mcse_z``)
-so the test modules need no imports from here.
+The helpers are handed to tests as fixtures (``check_mean``, ``check_covariance``, ``mcse_z``,
+``harmonic_target``, ``make_chain``, ``sample``, ...) so the test modules need no imports from
+here (they also run from outside the source tree, against an installed package).
 """
 import numpy as np
 import pytest
+from scipy import special, stats
 
-from rnshmc import diagnostics
+from rnshmc import HMC, Target, diagnostics
+from rnshmc._kernels._integrators import Leapfrog
+from rnshmc._kernels._metrics import EuclideanMetric
+from rnshmc._kernels._transition import TRANSITION, Chain
+from rnshmc.targets import as_ctarget
 
 
 def pytest_configure(config):
@@ -109,3 +117,185 @@ def shared_data():
         pytest.skip("needs the papers' data in ../shared/data beside the checkout (or "
                     "$RNSHMC_SHARED_DATA); absent here")
     return path
+
+
+# --------------------------------------------------------------------------------------------
+# HMC: targets with known answers, C chains and sampler calls (the builders are plain functions
+# below; each is handed to the tests by the fixture of the same name, ``hmc_sample`` as
+# ``sample``)
+
+
+def gaussian_target(mean, precision, dim=True):
+    """N(mean, precision^{-1}) as an rnshmc.Target from one Python value-and-gradient callable
+    (``dim=False``: the target does not declare its dimension)."""
+    mean = np.asarray(mean, dtype=np.float64)
+    precision = np.asarray(precision, dtype=np.float64)
+
+    def gaussian_logp_and_grad(q):
+        x = q - mean
+        g = precision @ x
+        return -0.5 * (x @ g), -g
+
+    return Target(None, logp_and_grad=gaussian_logp_and_grad, dim=mean.size if dim else None)
+
+
+def make_random_covariance(rng, dim, condition):
+    """Random SPD matrix with eigenvalues log-spaced over [1, condition] (condition number
+    exactly ``condition``) in a Haar-random orthonormal basis."""
+    Q, R = np.linalg.qr(rng.standard_normal((dim, dim)))
+    Q = Q * np.sign(np.diag(R))
+    eigenvalues = np.geomspace(1.0, condition, dim)
+    rng.shuffle(eigenvalues)
+    cov = (Q * eigenvalues) @ Q.T
+    return 0.5 * (cov + cov.T)
+
+
+def gaussian_problem(seed, dim=10, condition=30.0):
+    """Correlated Gaussian: random SPD covariance with condition number 30, nonzero mean;
+    returns (mean, covariance, precision)."""
+    rng = np.random.default_rng(1000 + seed)
+    cov = make_random_covariance(rng, dim, condition)
+    mean = rng.normal(0.0, 3.0, size=dim)
+    return mean, cov, np.linalg.inv(cov)
+
+
+def harmonic_target(dim=3):
+    """U(q) = q^T q / 2 from two separate Python callables (logp and grad_logp)."""
+    def harmonic_logp(q):
+        return -0.5 * float(q @ q)
+
+    def harmonic_grad(q):
+        return -q
+
+    return Target(harmonic_logp, grad_logp=harmonic_grad, dim=dim)
+
+
+def log_gamma_target(shape=2.0):
+    """x = log(Y), Y ~ Gamma(shape, 1): log p(x) = shape x - e^x (skewed, non-Gaussian)."""
+    def log_gamma_logp_and_grad(q):
+        e = np.exp(q[0])
+        return shape * q[0] - e, np.array([shape - e])
+    return Target(None, logp_and_grad=log_gamma_logp_and_grad, dim=1)
+
+
+def log_gamma_statistics(x, shape=2.0):
+    """Per-draw functions whose means are known for x = log Gamma(shape, 1) variates: x,
+    (x - E x)^2 and the tail indicators x < -1, x > 1; returns (functions, their means)."""
+    m = special.digamma(shape)
+    functions = np.stack([x, (x - m) ** 2, (x < -1.0) * 1.0, (x > 1.0) * 1.0], axis=-1)
+    truth = np.array([m, special.polygamma(1, shape), stats.gamma(shape).cdf(np.exp(-1.0)),
+                      stats.gamma(shape).sf(np.e)])
+    return functions, truth
+
+
+def dense_inverse_mass(inverse_mass, dim):
+    """An inverse mass matrix (None, diagonal or dense) as a dense matrix."""
+    if inverse_mass is None:
+        return np.eye(dim)
+    inverse_mass = np.asarray(inverse_mass)
+    return np.diag(inverse_mass) if inverse_mass.ndim == 1 else inverse_mass
+
+
+def gaussian_for_leapfrog(kind, seed=4, dim=5):
+    """A dense-precision Gaussian as an rnshmc.Target and an inverse mass of the given kind
+    ("identity", "diagonal", "dense") that is deliberately *not* the covariance (so the mass
+    matters): returns (target, mean, precision, inverse mass)."""
+    rng = np.random.default_rng(seed)
+    cov = make_random_covariance(rng, dim, 20.0)
+    mean = rng.normal(0, 2, dim)
+    P = np.linalg.inv(cov)
+    if kind == "identity":
+        inv_mass = None
+    elif kind == "diagonal":
+        inv_mass = rng.uniform(0.3, 3.0, dim)
+    else:
+        inv_mass = make_random_covariance(rng, dim, 10.0)
+    return gaussian_target(mean, P), mean, P, inv_mass
+
+
+def make_chain(target, dim, inverse_mass=None, test=None, max_energy_error=1000.0,
+               delayed_acceptance=False):
+    """A C chain (Euclidean metric, leapfrog) over ``target`` as the samplers build it."""
+    return Chain(as_ctarget(target, dim), test=test, metric=EuclideanMetric(dim, inverse_mass),
+                 integrator=Leapfrog(), max_energy_error=max_energy_error,
+                 delayed_acceptance=delayed_acceptance)
+
+
+def run_chain(chain, generator, n, step_size, n_steps, jitter=False, **flags):
+    """``chain.run`` with freshly allocated outputs (after setting ``chain.step_size``, unless
+    ``step_size`` is None); ``flags`` are run's keyword arguments (``adapt_step_size``,
+    ``accumulate_variance``, ``gradients``). Returns a dict: "samples", "records" and every
+    field of the records (``log_density``, ``accepted``, ``n_steps``, ...)."""
+    if step_size is not None:
+        chain.step_size = step_size
+    samples = np.empty((n, chain.dim))
+    records = np.empty(n, TRANSITION)
+    chain.run(generator, n, n_steps, jitter, samples, records, **flags)
+    out = {name: records[name] for name in TRANSITION.names}
+    out.update(samples=samples, records=records)
+    return out
+
+
+def hmc_sample(target, draws=500, tune=0, chains=1, rng=0, **kwargs):
+    """HMC(target, **settings).sample(...) without a progress bar (``init`` and ``pool`` are
+    sample's, every other keyword goes to HMC)."""
+    init = kwargs.pop("init", None)
+    pool = kwargs.pop("pool", None)
+    return HMC(target, **kwargs).sample(draws, tune=tune, chains=chains, rng=rng, init=init,
+                                        progress=False, pool=pool)
+
+
+@pytest.fixture(name="gaussian_target", scope="session")
+def gaussian_target_fixture():
+    return gaussian_target
+
+
+@pytest.fixture(name="make_random_covariance", scope="session")
+def make_random_covariance_fixture():
+    return make_random_covariance
+
+
+@pytest.fixture(name="gaussian_problem", scope="session")
+def gaussian_problem_fixture():
+    return gaussian_problem
+
+
+@pytest.fixture(name="harmonic_target", scope="session")
+def harmonic_target_fixture():
+    return harmonic_target
+
+
+@pytest.fixture(name="log_gamma_target", scope="session")
+def log_gamma_target_fixture():
+    return log_gamma_target
+
+
+@pytest.fixture(name="log_gamma_statistics", scope="session")
+def log_gamma_statistics_fixture():
+    return log_gamma_statistics
+
+
+@pytest.fixture(name="dense_inverse_mass", scope="session")
+def dense_inverse_mass_fixture():
+    return dense_inverse_mass
+
+
+@pytest.fixture(name="gaussian_for_leapfrog", scope="session")
+def gaussian_for_leapfrog_fixture():
+    return gaussian_for_leapfrog
+
+
+@pytest.fixture(name="make_chain", scope="session")
+def make_chain_fixture():
+    return make_chain
+
+
+@pytest.fixture(name="run_chain", scope="session")
+def run_chain_fixture():
+    return run_chain
+
+
+@pytest.fixture(scope="session")
+def sample():
+    """``hmc_sample``: HMC(target, **settings).sample(draws, tune, chains, rng, init, pool)."""
+    return hmc_sample

@@ -1,0 +1,268 @@
+"""The acceptance step of a C chain (rnshmc._kernels._transition.Chain):
+
+* a power check showing that the moment test used on the samplers does fail for chains built
+  from the same leapfrog with a broken accept rule;
+* a surrogate driving the dynamics with the true target's Metropolis test (Chain(dynamics,
+  test)): exact, with one density-only evaluation of the true target per transition;
+* divergences (non-finite densities or gradients, energy errors above max_energy_error) are
+  rejections, recorded as such;
+* the Chain's argument and state checks, and energy_error_of_one_step.
+"""
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from rnshmc import Target
+from rnshmc._kernels._integrators import Leapfrog
+from rnshmc._kernels._metrics import EuclideanMetric
+from rnshmc._kernels._targets import PyCallableTarget
+from rnshmc._kernels._transition import TRANSITION, Chain
+from rnshmc.targets import as_ctarget
+
+SEEDS = [0, 1, 2]
+# more seeds for the statistical tests, in the slow suite (pytest -m slow)
+SLOW_SEEDS = [pytest.param(seed, marks=pytest.mark.slow) for seed in range(3, 11)]
+
+LOG_GAMMA_SHAPE = 2.0
+
+
+# ============================================================================================
+# a biased chain must be caught
+
+
+@pytest.mark.parametrize("rule", ["always accept", "inverted comparison", "sign of dH"])
+def test_power_check_broken_accept_rules_fail(rule, mcse_z, log_gamma_target,
+                                              log_gamma_statistics, make_chain):
+    """The moment check of test_hmc's log-Gamma test on chains built from the same leapfrog
+    with a broken Metropolis rule must fail: the statistical test has power against the bugs
+    it is for."""
+    chain = make_chain(log_gamma_target(LOG_GAMMA_SHAPE), 1)
+    generator = np.random.default_rng(0)
+    eps, n_steps, draws = 1.05, 3, 3000
+    chains = []
+    for _ in range(2):
+        q = np.array([0.4])
+        U = -(LOG_GAMMA_SHAPE * q[0] - np.exp(q[0]))
+        draws_ = np.empty(draws)
+        for i in range(draws):
+            p = generator.standard_normal(1)
+            q_new, p_new, U_new, _ = chain.integrate(q, p, eps, n_steps)
+            dH = U_new + 0.5 * p_new @ p_new - U - 0.5 * p @ p
+            if np.isfinite(dH):
+                u = generator.uniform()
+                prob = math.exp(min(0.0, -dH))
+                accept = {"always accept": True,
+                          "inverted comparison": u > prob,
+                          "sign of dH": u < math.exp(min(0.0, dH))}[rule]
+                if accept:
+                    q, U = q_new, U_new
+            draws_[i] = q[0]
+        chains.append(draws_)
+    functions, truth = log_gamma_statistics(np.array(chains), LOG_GAMMA_SHAPE)
+    z, tol = mcse_z(functions, truth)
+    assert np.max(np.abs(z)) > 2 * tol, z
+
+
+# ============================================================================================
+# a surrogate drives the dynamics, the true target decides (Chain(dynamics, test))
+
+
+def test_surrogate_dynamics_true_metropolis_test(check_mean, check_covariance, run_chain):
+    """Leapfrog driven by a wrong Gaussian (surrogate), Metropolis test on the true one: the
+    chain targets the true distribution (the leapfrog is still volume preserving and
+    reversible). Also: U_test is evaluated once per transition, density only."""
+    true_mean, true_sd = np.array([1.0, -2.0]), np.array([1.0, 0.5])
+
+    def true_logp(q):
+        return -0.5 * float(np.sum(((q - true_mean) / true_sd) ** 2))
+
+    true_target = PyCallableTarget(2, logp=true_logp)
+
+    def surrogate_logp_and_grad(q):
+        x = (q - 0.8 * true_mean) / (1.3 * true_sd)
+        return -0.5 * float(x @ x), -x / (1.3 * true_sd)
+
+    chain = Chain(PyCallableTarget(2, logp_and_grad=surrogate_logp_and_grad), true_target,
+                  metric=EuclideanMetric(2), integrator=Leapfrog())
+    chain.set_position(true_mean)
+    chains, steps = [], 0
+    for c in range(2):
+        chain.set_position(true_mean)
+        out = run_chain(chain, np.random.default_rng([12, c]), 6000, 0.5, 5, jitter=True)
+        np.testing.assert_allclose(out["log_density"],
+                                   [true_logp(q) for q in out["samples"]], rtol=1e-12)
+        chains.append(out["samples"])
+        steps += out["n_steps"].sum()
+    samples = np.array(chains)
+    check_mean(samples, true_mean)
+    check_covariance(samples, true_mean, np.diag(true_sd ** 2))
+    # dynamics gradients: one per leapfrog step (+ the 3 starts); test densities: one per
+    # transition (+ the starts), and none during the trajectories
+    assert chain.n_gradient_evals == steps + 3
+    assert chain.n_density_evals == 2 * 6000 + 3
+
+
+# ============================================================================================
+# divergences
+
+
+def walled_normal(kind, wall=1.0):
+    """N(0, 1) in 1-d with the region q > wall made impossible: log density -inf or NaN, or
+    a NaN gradient there."""
+    def walled_logp_and_grad(q):
+        inside = q[0] <= wall
+        logp = -0.5 * q[0] ** 2
+        grad = -q
+        if not inside:
+            if kind == "-inf":
+                logp = -np.inf
+            elif kind == "nan":
+                logp = np.nan
+            else:
+                grad = np.array([np.nan])
+        return logp, grad
+    return Target(None, logp_and_grad=walled_logp_and_grad, dim=1)
+
+
+@pytest.mark.parametrize("seed", SEEDS + SLOW_SEEDS[:3])
+@pytest.mark.parametrize("kind", ["-inf", "nan", "nan-gradient"])
+def test_divergences_are_rejected_and_recorded(seed, kind, mcse_z, sample):
+    res = sample(walled_normal(kind), draws=6000, tune=100, chains=2, rng=seed, step_size=1.0,
+                 n_steps=8, init=[0.0])
+    x = res.samples[..., 0]
+    assert res.diverging.mean() > 0.1
+    assert np.all(x <= 1.0)                                  # never moved into the region
+    assert not np.any(res.accepted & res.diverging)          # a divergence is a rejection
+    assert np.all(res.accept_prob[res.diverging] == 0.0)
+    assert np.all(np.isfinite(res.log_density)) and np.all(np.isfinite(res.energy))
+    # and the chain samples the truncated normal N(0, 1 | q <= 1)
+    truncated = stats.truncnorm(-np.inf, 1.0)
+    functions = np.stack([x, (x - truncated.mean()) ** 2], axis=-1)
+    z, tol = mcse_z(functions, np.array([truncated.mean(), truncated.var()]))
+    assert np.all(np.abs(z) < tol), z
+
+
+def test_max_energy_error_is_respected(harmonic_target, sample):
+    """A proposal with dH > max_energy_error is a divergence with acceptance 0; any other has
+    acceptance min(1, exp(-dH)) >= exp(-max_energy_error)."""
+    target = harmonic_target(2)
+    common = dict(draws=3000, chains=2, rng=5, step_size=1.9, n_steps=3, init=[0.5, -0.5])
+    strict = sample(target, max_energy_error=0.5, **common)
+    lenient = sample(target, **common)                        # default 1000
+    assert 0.05 < strict.diverging.mean() < 0.95
+    assert lenient.diverging.sum() == 0                       # same dynamics, far below 1000
+    ok = ~strict.diverging
+    assert np.all(strict.accept_prob[ok] >= math.exp(-0.5) * (1 - 1e-12))
+    assert np.all(strict.accept_prob[strict.diverging] == 0.0)
+    assert not np.any(strict.accepted & strict.diverging)
+    # the lenient run does have such proposals, accepted now and then
+    assert np.any((lenient.accept_prob < math.exp(-0.5)) & lenient.accepted)
+
+
+# ============================================================================================
+# the chain's checks and energy_error_of_one_step
+
+
+def test_chain_checks(harmonic_target, make_chain, run_chain):
+    t2 = as_ctarget(harmonic_target(2), 2)
+    t3 = as_ctarget(harmonic_target(3), 3)
+    def parts():  # a chain's own metric and integrator
+        return dict(metric=EuclideanMetric(2), integrator=Leapfrog())
+
+    with pytest.raises(ValueError, match="dim"):
+        Chain(t2, t3, **parts())
+    with pytest.raises(ValueError, match="dim"):
+        Chain(t3, metric=EuclideanMetric(2), integrator=Leapfrog())
+    with pytest.raises(TypeError, match="metric"):
+        Chain(t2, integrator=Leapfrog())
+    with pytest.raises(TypeError, match="integrator"):
+        Chain(t2, metric=EuclideanMetric(2))
+    with pytest.raises(ValueError, match="delayed acceptance"):
+        Chain(t2, delayed_acceptance=True, **parts())
+    chain = Chain(t2, **parts())
+    with pytest.raises(RuntimeError, match="set_position"):
+        run_chain(chain, np.random.default_rng(0), 5, 0.1, 3)
+    with pytest.raises(RuntimeError, match="set_position"):
+        chain.energy_error_of_one_step(np.random.default_rng(0), 0.1)
+    with pytest.raises(RuntimeError, match="state"):
+        chain.get_state()
+    with pytest.raises(ValueError):
+        chain.set_position(np.zeros(3))
+    chain.set_position(np.zeros(2))
+    fresh = Chain(t2, **parts())
+    fresh.set_position(np.zeros(2))
+    with pytest.raises(ValueError):
+        run_chain(fresh, np.random.default_rng(0), 5, None, 3)     # no step size yet (NaN)
+    for bad in (0.0, -1.0, np.nan, np.inf):
+        with pytest.raises(ValueError):
+            run_chain(chain, np.random.default_rng(0), 5, bad, 3)
+    with pytest.raises(ValueError):
+        run_chain(chain, np.random.default_rng(0), 5, 0.1, 0)
+    # output buffers: too few rows or the wrong dim
+    chain.step_size = 0.1
+    generator = np.random.default_rng(0)
+    with pytest.raises(ValueError, match="buffers"):
+        chain.run(generator, 5, 3, False, np.empty((4, 2)), np.empty(5, TRANSITION))
+    with pytest.raises(ValueError, match="buffers"):
+        chain.run(generator, 5, 3, False, np.empty((5, 3)), np.empty(5, TRANSITION))
+    with pytest.raises(ValueError, match="buffers"):
+        chain.run(generator, 5, 3, False, np.empty((5, 2)), np.empty(4, TRANSITION))
+    with pytest.raises(ValueError, match="buffers"):
+        chain.run(generator, 5, 3, False, np.empty((5, 2)), np.empty(5, TRANSITION),
+                  np.empty((5, 3)))
+    # step-size adaptation needs a start
+    with pytest.raises(RuntimeError, match="restart_step_size_adaptation"):
+        run_chain(chain, np.random.default_rng(0), 5, 0.1, 3, adapt_step_size=True)
+    for bad in (0.0, 1.0, 1.5, np.nan):
+        with pytest.raises(ValueError, match="target_accept"):
+            chain.restart_step_size_adaptation(0.1, bad)
+    with pytest.raises(ValueError, match="shape"):
+        chain.set_state(dict(chain.get_state(), position=np.zeros(3)))
+
+
+def test_run_writes_the_gradients(harmonic_target, make_chain, run_chain):
+    """``gradients`` receives the dynamics gradient at each kept state (-q for the harmonic
+    target), and a zero-iteration run writes nothing."""
+    chain = make_chain(harmonic_target(3), 3)
+    chain.set_position(np.ones(3))
+    gradients = np.full((200, 3), np.nan)
+    out = run_chain(chain, np.random.default_rng(1), 200, 0.5, 4, jitter=True,
+                    gradients=gradients)
+    np.testing.assert_array_equal(gradients, out["samples"])     # grad U(q) = q
+    np.testing.assert_array_equal(chain.position, out["samples"][-1])
+    empty = run_chain(chain, np.random.default_rng(1), 0, 0.5, 4)
+    assert empty["samples"].shape == (0, 3)
+
+
+def test_energy_error_of_one_step_is_inf_for_a_divergent_step(make_chain):
+    def spike_logp(q):
+        return 0.0 if np.all(q == 0.0) else -np.inf
+
+    def spike_grad(q):
+        return np.zeros_like(q)
+
+    chain = make_chain(Target(spike_logp, grad_logp=spike_grad, dim=2), 2)
+    chain.set_position(np.zeros(2))
+    assert chain.energy_error_of_one_step(np.random.default_rng(0), 0.5) == np.inf
+
+
+def test_energy_error_of_one_step_leaves_the_chain_alone(harmonic_target, make_chain):
+    """The one-step energy error is that of a fresh momentum from the current position; the
+    step size, position and (apart from the evaluations) counters of the chain are kept."""
+    chain = make_chain(harmonic_target(2), 2)
+    chain.set_position(np.array([1.0, -0.5]))
+    chain.step_size = 0.25
+    before = chain.get_state()
+    generator = np.random.default_rng(3)
+    twin = np.random.default_rng(3)
+    dH = chain.energy_error_of_one_step(generator, 0.8)
+    # the same momentum through integrate: the same energy error
+    p = twin.standard_normal(2)
+    q1, p1, U1, _ = chain.integrate(np.array([1.0, -0.5]), p, 0.8, 1)
+    expected = U1 + 0.5 * p1 @ p1 - (0.5 * 1.25 + 0.5 * p @ p)
+    assert dH == pytest.approx(expected, rel=1e-12, abs=1e-14)
+    assert chain.step_size == 0.25
+    np.testing.assert_array_equal(chain.position, before["position"])
+    assert chain.n_gradient_evals == before["n_gradient_evals"] + 1
