@@ -27,8 +27,12 @@ def generator_to_json(generator):
     seq = bit_generator.seed_seq
     seed = None
     if isinstance(seq, np.random.SeedSequence):
-        seed = dict(entropy=seq.entropy, spawn_key=list(seq.spawn_key), pool_size=seq.pool_size,
-                    n_children_spawned=seq.n_children_spawned)
+        # plain ints for JSON (a NumPy integer or array of integers is a valid seed too)
+        entropy = None if seq.entropy is None else np.asarray(seq.entropy, dtype=object)
+        entropy = None if entropy is None else (int(entropy) if entropy.ndim == 0
+                                                else [int(x) for x in entropy.ravel()])
+        seed = dict(entropy=entropy, spawn_key=[int(k) for k in seq.spawn_key],
+                    pool_size=int(seq.pool_size), n_children_spawned=int(seq.n_children_spawned))
     return json.dumps(dict(state=bit_generator.state, seed_sequence=seed))
 
 

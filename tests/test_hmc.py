@@ -137,10 +137,6 @@ def test_same_seed_same_draws(settings, correlated_target, sample):
         assert_same_result(runs[0], other)
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError, reason=(
-    "library bug: rnshmc.checkpoint.generator_to_json writes SeedSequence.entropy as given, "
-    "so a NumPy integer or integer-array seed (accepted by chain_generators, SPEC 7) makes "
-    "json.dumps raise 'Object of type int64 is not JSON serializable'"))
 @pytest.mark.parametrize("numpy_seed,seed", [(np.int64(7), 7), (np.array([7, 8]), [7, 8])],
                          ids=["int64", "int-array"])
 def test_numpy_integer_seeds(numpy_seed, seed, correlated_target, sample):

@@ -200,10 +200,6 @@ def test_integrate_leaves_the_chain_state_alone(make_chain):
         chain.integrate(np.array([0.0]), np.array([1.0, 2.0]), 0.1, 3)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "library bug: Chain.integrate calls set_position(q) before checking p's shape, so a "
-    "ValueError for a bad p leaves the chain at q with its counters changed (its docstring "
-    "says the chain state is restored)"))
 def test_integrate_with_a_bad_momentum_leaves_the_chain_alone(harmonic_target, make_chain):
     chain = make_chain(harmonic_target(1), 1)
     chain.set_position([0.25])

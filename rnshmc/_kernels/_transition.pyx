@@ -458,12 +458,12 @@ cdef class Chain:
 
         The chain state is restored afterwards.
         """
-        saved = self.get_state() if self.has_state else None
-        counts = (self.n_density_evals, self.n_gradient_evals)
-        self.set_position(q)
         cdef double[::1] pv = np.ascontiguousarray(p, dtype=np.float64)
         if pv.shape[0] != self.dim:
             raise ValueError(f"p must have shape ({self.dim},)")
+        saved = self.get_state() if self.has_state else None
+        counts = (self.n_density_evals, self.n_gradient_evals)
+        self.set_position(q)
         memcpy(self.p, &pv[0], self.dim * sizeof(double))
         cdef double U_dyn_new, U_test_new, kinetic_new
         cdef TrajectoryInfo info

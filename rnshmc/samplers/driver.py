@@ -13,6 +13,8 @@ two ``sample()`` calls on one sampler may run at once; and a chain continued fro
 gives the draws of the uninterrupted run, bit for bit, because every chunk boundary is a point
 where the whole state is in the ChainState.
 """
+import os
+import sys
 import time
 import warnings
 from typing import NamedTuple
@@ -249,7 +251,7 @@ class ChainSampler:
         step_sizes = self._per_chain(self.step_size, chains, "step_size")
         if tune == 0 and self.step_size is None:
             warnings.warn(f"tune=0 with step_size=None: {self.name} samples with the heuristic "
-                          "initial step size, unadapted", stacklevel=3)
+                          "initial step size, unadapted", stacklevel=user_stacklevel())
         return [ChainState(
             sampler=self.name, chain=c, dim=dim, phases=plan, phase_index=0, iteration=0,
             phase_started=False, rng=generator_to_json(generators[c]), init=inits[c],
@@ -479,6 +481,15 @@ def _invert_mass(M, dim):
     return 1.0 / M if M.ndim == 1 else np.linalg.inv(M)
 
 
+def user_stacklevel():
+    """The ``stacklevel`` that makes a warning point at the first caller outside rnshmc."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 def _is_process_pool(pool):
     from concurrent.futures import ProcessPoolExecutor
     return isinstance(pool, ProcessPoolExecutor)
@@ -507,9 +518,9 @@ def warn_about_stuck_chains(name, result):
             warnings.warn(f"{name} chain {chain}: every proposal of the sampling phase diverged "
                           "(energy error above max_energy_error or non-finite): its draws are "
                           "all the same point. Use a smaller step size.",
-                          RuntimeWarning, stacklevel=4)
+                          RuntimeWarning, stacklevel=user_stacklevel())
         elif not np.any(result.accepted[chain]):
             warnings.warn(f"{name} chain {chain}: no proposal of the sampling phase was "
                           "accepted: its draws are all the same point and tell nothing about "
                           "the posterior. Use a smaller step size (or longer warm-up).",
-                          RuntimeWarning, stacklevel=4)
+                          RuntimeWarning, stacklevel=user_stacklevel())

@@ -8,7 +8,7 @@ import numpy as np
 from ..surrogate import RandomNetworkSurrogate
 from ..validation import check_integer, check_real
 from ..targets import target_dim
-from .driver import ChainSampler, Phase
+from .driver import ChainSampler, Phase, user_stacklevel
 
 __all__ = ["RNSHMC"]
 
@@ -287,5 +287,5 @@ target_accept, max_energy_error
                         f"{reference:.2f}. The surrogate is poor in part of the posterior: the "
                         "chain is still exact but mixes slowly there. Try more hidden units "
                         "(n_hidden) or more training points (a longer tune or n_train).",
-                        RuntimeWarning, stacklevel=4)
+                        RuntimeWarning, stacklevel=user_stacklevel())
                     return
