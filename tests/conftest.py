@@ -245,57 +245,22 @@ def hmc_sample(target, draws=500, tune=0, chains=1, rng=0, **kwargs):
                                         progress=False, pool=pool)
 
 
-@pytest.fixture(name="gaussian_target", scope="session")
-def gaussian_target_fixture():
-    return gaussian_target
-
-
-@pytest.fixture(name="make_random_covariance", scope="session")
-def make_random_covariance_fixture():
-    return make_random_covariance
-
-
-@pytest.fixture(name="gaussian_problem", scope="session")
-def gaussian_problem_fixture():
-    return gaussian_problem
-
-
-@pytest.fixture(name="harmonic_target", scope="session")
-def harmonic_target_fixture():
-    return harmonic_target
-
-
-@pytest.fixture(name="log_gamma_target", scope="session")
-def log_gamma_target_fixture():
-    return log_gamma_target
-
-
-@pytest.fixture(name="log_gamma_statistics", scope="session")
-def log_gamma_statistics_fixture():
-    return log_gamma_statistics
-
-
-@pytest.fixture(name="dense_inverse_mass", scope="session")
-def dense_inverse_mass_fixture():
-    return dense_inverse_mass
-
-
-@pytest.fixture(name="gaussian_for_leapfrog", scope="session")
-def gaussian_for_leapfrog_fixture():
-    return gaussian_for_leapfrog
-
-
-@pytest.fixture(name="make_chain", scope="session")
-def make_chain_fixture():
-    return make_chain
-
-
-@pytest.fixture(name="run_chain", scope="session")
-def run_chain_fixture():
-    return run_chain
-
-
 @pytest.fixture(scope="session")
 def sample():
     """``hmc_sample``: HMC(target, **settings).sample(draws, tune, chains, rng, init, pool)."""
     return hmc_sample
+
+
+def _expose(function):
+    """A session fixture handing ``function`` to the tests (test files cannot import from
+    conftest when they run against an installed wheel)."""
+    @pytest.fixture(name=function.__name__, scope="session")
+    def fixture():
+        return function
+    return fixture
+
+
+for _function in (gaussian_target, make_random_covariance, gaussian_problem, harmonic_target,
+                  log_gamma_target, log_gamma_statistics, dense_inverse_mass,
+                  gaussian_for_leapfrog, make_chain, run_chain):
+    globals()[_function.__name__ + "_fixture"] = _expose(_function)
