@@ -425,6 +425,39 @@ class RandomNetworkSurrogate:
         """Hessian of z at ``q``: ndarray of shape (dim, dim)."""
         return self._target().hessian(q)
 
+    def hessian_metric(self, diagonal=False, softabs=0.0):
+        """The Hessian of z as a Riemannian metric (with its derivative terms) for the
+        generalized leapfrog: a new object (one per chain).
+
+        Parameters
+        ----------
+        diagonal : bool
+            Only the Hessian's diagonal.
+        softabs : float
+            SoftAbs sharpness alpha; 0 uses the Hessian as it is (it must then be positive
+            definite where it is used).
+
+        Returns
+        -------
+        rnshmc._kernels._riemann.LinearPredictorMetric
+            With G = W^T diag(v a''(W q + b)) W (whitening folded into W and b).
+
+        Raises
+        ------
+        ValueError
+            For RBF nodes or the exp activation (the metric's derivatives are for additive
+            softplus, sigmoid and tanh units).
+        """
+        from ._kernels._riemann import LinearPredictorMetric
+        target = self._target()
+        if self.nodes != "additive" or self.activation == "exp":
+            raise ValueError("the Hessian metric needs additive nodes with a softplus, sigmoid "
+                             "or tanh activation")
+        activation, W, bias, v = target.__reduce__()[1][:4]
+        return LinearPredictorMetric(W, activation, offsets=bias, weights=v, diagonal=diagonal,
+                                     softabs=0.0 if softabs is None else softabs,
+                                     description="the surrogate's Hessian")
+
     def predict(self, Q):
         """z at each row of ``Q`` (ndarray of shape (N, dim)): ndarray of shape (N,)."""
         target = self._target()

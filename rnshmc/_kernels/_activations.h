@@ -10,6 +10,9 @@
  *   sigmoid'  = t / (1 + t)^2,  sigmoid'' = sigmoid' * (x >= 0 ? t - 1 : 1 - t) / (1 + t)
  *   tanh      = sign(x) (1 - u) / (1 + u), u = exp(-2|x|),  tanh' = 4u / (1 + u)^2,
  *   tanh''    = -2 tanh tanh'.
+ * Third derivatives (for the derivatives of a surrogate-Hessian metric), with s = sigmoid:
+ *   softplus''' = s (1 - s)(1 - 2 s),  sigmoid''' = s (1 - s)(1 - 6 s (1 - s)),
+ *   tanh''' = -2 tanh' (1 - 3 tanh^2),  exp''' = exp.
  */
 #ifndef RNSHMC_ACTIVATIONS_H
 #define RNSHMC_ACTIVATIONS_H
@@ -90,6 +93,23 @@ RNSHMC_INLINE double rnshmc_curvature(int kind, double x)
         double magnitude = (1.0 - u) / (1.0 + u);
         double tanh_x = x >= 0.0 ? magnitude : -magnitude;
         return -2.0 * tanh_x * 4.0 * u / ((1.0 + u) * (1.0 + u));
+    }
+    return rnshmc_exp_nonpositive(x);
+}
+
+RNSHMC_INLINE double rnshmc_third(int kind, double x)
+{
+    double ax = fabs(x);
+    if (kind == RNSHMC_SOFTPLUS || kind == RNSHMC_SIGMOID) {
+        double t = rnshmc_exp_nonpositive(-ax);
+        double s1 = t / ((1.0 + t) * (1.0 + t));          /* s (1 - s) */
+        if (kind == RNSHMC_SIGMOID) return s1 * (1.0 - 6.0 * s1);
+        return s1 * (x >= 0.0 ? t - 1.0 : 1.0 - t) / (1.0 + t);   /* 1 - 2 s */
+    } else if (kind == RNSHMC_TANH) {
+        double u = rnshmc_exp_nonpositive(-2.0 * ax);
+        double magnitude = (1.0 - u) / (1.0 + u);
+        double slope = 4.0 * u / ((1.0 + u) * (1.0 + u));
+        return -2.0 * slope * (1.0 - 3.0 * magnitude * magnitude);
     }
     return rnshmc_exp_nonpositive(x);
 }

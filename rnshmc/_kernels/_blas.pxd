@@ -15,6 +15,10 @@ ctypedef enum BLAS_Uplo:
     Upper = 117    # 'u'
     Lower = 108    # 'l'
 
+ctypedef enum BLAS_Side:
+    Left = 108     # 'l'
+    Right = 114    # 'r'
+
 # Level 1
 cdef double _dot(int n, const double* x, int incx, const double* y, int incy) noexcept nogil
 cdef void _axpy(int n, double alpha, const double* x, int incx, double* y, int incy) noexcept nogil
@@ -29,6 +33,8 @@ cdef void _symv(BLAS_Order order, BLAS_Uplo uplo, int n, double alpha, const dou
                 const double* x, int incx, double beta, double* y, int incy) noexcept nogil
 cdef void _trmv(BLAS_Order order, BLAS_Uplo uplo, BLAS_Trans ta, int n, const double* A, int lda,
                 double* x, int incx) noexcept nogil
+cdef void _trsv(BLAS_Order order, BLAS_Uplo uplo, BLAS_Trans ta, int n, const double* A, int lda,
+                double* x, int incx) noexcept nogil
 
 # Level 3
 cdef void _gemm(BLAS_Order order, BLAS_Trans ta, BLAS_Trans tb, int m, int n, int k, double alpha,
@@ -36,3 +42,5 @@ cdef void _gemm(BLAS_Order order, BLAS_Trans ta, BLAS_Trans tb, int m, int n, in
                 int ldc) noexcept nogil
 cdef void _syrk(BLAS_Order order, BLAS_Uplo uplo, BLAS_Trans trans, int n, int k, double alpha,
                 const double* A, int lda, double beta, double* C, int ldc) noexcept nogil
+cdef void _trsm(BLAS_Order order, BLAS_Side side, BLAS_Uplo uplo, BLAS_Trans ta, int m, int n,
+                double alpha, const double* A, int lda, double* B, int ldb) noexcept nogil

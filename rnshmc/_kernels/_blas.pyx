@@ -4,7 +4,7 @@ The ``cdef`` wrappers are what kernels call; the ``cpdef`` twins exist only so t
 check each wrapper against NumPy.
 """
 from scipy.linalg.cython_blas cimport (
-    ddot, daxpy, dscal, dcopy, dnrm2, dgemv, dsymv, dtrmv, dgemm, dsyrk,
+    ddot, daxpy, dscal, dcopy, dnrm2, dgemv, dsymv, dtrmv, dtrsv, dgemm, dsyrk, dtrsm,
 )
 
 
@@ -69,6 +69,18 @@ cdef void _trmv(BLAS_Order order, BLAS_Uplo uplo, BLAS_Trans ta, int n, const do
     dtrmv(&uplo_, &ta_, &diag, &n, <double*> A, &lda, x, &incx)
 
 
+cdef void _trsv(BLAS_Order order, BLAS_Uplo uplo, BLAS_Trans ta, int n, const double* A, int lda,
+                double* x, int incx) noexcept nogil:
+    """x = op(A)^{-1} x for triangular A (non-unit diagonal)."""
+    cdef char uplo_ = uplo
+    cdef char ta_ = ta
+    cdef char diag = b'n'
+    if order == RowMajor:
+        uplo_ = _flip_uplo(uplo)
+        ta_ = _flip_trans(ta)
+    dtrsv(&uplo_, &ta_, &diag, &n, <double*> A, &lda, x, &incx)
+
+
 cdef void _gemm(BLAS_Order order, BLAS_Trans ta, BLAS_Trans tb, int m, int n, int k, double alpha,
                 const double* A, int lda, const double* B, int ldb, double beta, double* C,
                 int ldc) noexcept nogil:
@@ -92,6 +104,24 @@ cdef void _syrk(BLAS_Order order, BLAS_Uplo uplo, BLAS_Trans trans, int n, int k
         uplo_ = _flip_uplo(uplo)
         trans_ = _flip_trans(trans)
     dsyrk(&uplo_, &trans_, &n, &k, &alpha, <double*> A, &lda, &beta, C, &ldc)
+
+
+cdef void _trsm(BLAS_Order order, BLAS_Side side, BLAS_Uplo uplo, BLAS_Trans ta, int m, int n,
+                double alpha, const double* A, int lda, double* B, int ldb) noexcept nogil:
+    """B = alpha * op(A)^{-1} B (Left) or alpha * B op(A)^{-1} (Right), B of shape (m, n),
+    triangular A (non-unit diagonal)."""
+    cdef char side_ = side
+    cdef char uplo_ = uplo
+    cdef char ta_ = ta
+    cdef char diag = b'n'
+    if order == RowMajor:
+        # row-major B is column-major B^T: op(A) X = B becomes X^T op(A)^T = B^T, and the
+        # row-major A is the column-major A^T (the other triangle)
+        side_ = Right if side == Left else Left
+        uplo_ = _flip_uplo(uplo)
+        dtrsm(&side_, &uplo_, &ta_, &diag, &n, &m, &alpha, <double*> A, &lda, B, &ldb)
+    else:
+        dtrsm(&side_, &uplo_, &ta_, &diag, &m, &n, &alpha, <double*> A, &lda, B, &ldb)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -150,3 +180,16 @@ cpdef void _syrk_memview(bint lower, bint transpose, double alpha, const double[
     cdef int k = <int> (A.shape[0] if transpose else A.shape[1])
     _syrk(RowMajor, Lower if lower else Upper, Trans if transpose else NoTrans, n, k, alpha,
           &A[0, 0], <int> A.shape[1], beta, &C[0, 0], n)
+
+
+cpdef void _trsv_memview(bint lower, bint transpose, const double[:, ::1] A, double[::1] x):
+    cdef int n = <int> A.shape[0]
+    _trsv(RowMajor, Lower if lower else Upper, Trans if transpose else NoTrans, n, &A[0, 0], n,
+          &x[0], 1)
+
+
+cpdef void _trsm_memview(bint left, bint lower, bint transpose, double alpha,
+                         const double[:, ::1] A, double[:, ::1] B):
+    cdef int m = <int> B.shape[0], n = <int> B.shape[1]
+    _trsm(RowMajor, Left if left else Right, Lower if lower else Upper,
+          Trans if transpose else NoTrans, m, n, alpha, &A[0, 0], <int> A.shape[0], &B[0, 0], n)

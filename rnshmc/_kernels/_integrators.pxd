@@ -1,5 +1,6 @@
 # Integrators: map (q, p) with the gradient cached at q to a proposal, reporting what happened.
 from ._metrics cimport Metric
+from ._riemann cimport RiemannianMetric
 from ._targets cimport CTarget
 
 cdef struct TrajectoryInfo:
@@ -12,6 +13,9 @@ cdef struct TrajectoryInfo:
     double log_jacobian         # log |det d(proposal)/d(start)|: 0 for symplectic maps
 
 cdef class Integrator:
+    # integrates the dynamics of a position-dependent (Riemannian) metric; the chain then
+    # updates the metric at the start point before run() and reads its log-determinant
+    cdef readonly bint riemannian
     # Integrate n_steps of step_size from (q, p) in place; grad holds the target's gradient at
     # q on entry and at the end point on return; v is scratch for the velocity. U_end gets the
     # end potential if want_potential (else NaN), kinetic_end the end kinetic energy; both +inf
@@ -23,3 +27,22 @@ cdef class Integrator:
 
 cdef class Leapfrog(Integrator):
     pass
+
+
+cdef class GeneralizedLeapfrog(Integrator):
+    cdef readonly Py_ssize_t dim
+    cdef readonly double tol                # < 0: a fixed number of iterations, unchecked
+    cdef readonly Py_ssize_t max_iterations
+    cdef object _arrays
+    cdef double* p0
+    cdef double* q0
+    cdef double* v0
+    cdef double* nu
+    cdef double* x
+    cdef void metric_failed(self, int status, TrajectoryInfo* info) noexcept nogil
+    cdef int momentum_update(self, RiemannianMetric g, const double* start, double* p,
+                             const double* grad, double* v, double half) except -1 nogil
+    cdef int run_riemannian(self, CTarget target, RiemannianMetric g, double* scratch, double* q,
+                            double* p, double* grad, double* v, double step_size,
+                            Py_ssize_t n_steps, bint want_potential, double* U_end,
+                            double* kinetic_end, TrajectoryInfo* info) except -1 nogil

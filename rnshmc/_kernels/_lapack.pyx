@@ -3,9 +3,11 @@
 The ``cdef`` wrappers are what kernels call; the ``cpdef`` twins exist only so the tests can
 check each wrapper against SciPy.
 """
-from scipy.linalg.cython_lapack cimport dpbtrf, dpbtrs
+import numpy as np
 
-from ._blas cimport Upper, Lower
+from scipy.linalg.cython_lapack cimport dpbtrf, dpbtrs, dpotrf, dsyev
+
+from ._blas cimport RowMajor, ColMajor, Upper, Lower
 
 
 cdef int _pbtrf(BLAS_Uplo uplo, int n, int kd, double* ab, int ldab) noexcept nogil:
@@ -28,6 +30,42 @@ cdef int _pbtrs(BLAS_Uplo uplo, int n, int kd, int nrhs, const double* ab, int l
     cdef int info = 0
     dpbtrs(&uplo_, &n, &kd, &nrhs, <double*> ab, &ldab, b, &ldb, &info)
     return info
+
+
+cdef int _potrf(BLAS_Order order, BLAS_Uplo uplo, int n, double* a, int lda) noexcept nogil:
+    """Cholesky factor of a symmetric positive definite matrix, in place in the triangle
+    ``uplo`` (A = L L^T for Lower). Returns 0, or k > 0 if the leading minor of order k is not
+    positive definite."""
+    cdef char uplo_ = uplo
+    cdef int info = 0
+    if order == RowMajor:  # the row-major lower triangle is the column-major upper one
+        uplo_ = Upper if uplo == Lower else Lower
+    dpotrf(&uplo_, &n, a, &lda, &info)
+    return info
+
+
+cdef int _syev(BLAS_Order order, bint vectors, int n, double* a, int lda, double* w, double* work,
+               int lwork) noexcept nogil:
+    """Eigenvalues of a symmetric matrix (either triangle suffices: it is symmetric) in w,
+    ascending; with ``vectors`` the eigenvectors overwrite ``a``: row k of a row-major array,
+    column k of a column-major one, belongs to w[k]. Returns LAPACK's info."""
+    cdef char jobz = b'v' if vectors else b'n'
+    cdef char uplo = b'l'
+    cdef int info = 0
+    dsyev(&jobz, &uplo, &n, a, &lda, w, work, &lwork, &info)
+    return info
+
+
+cpdef int _potrf_memview(double[:, ::1] a):
+    """Test twin: the lower Cholesky factor of row-major ``a`` in its lower triangle."""
+    return _potrf(RowMajor, Lower, <int> a.shape[0], &a[0, 0], <int> a.shape[0])
+
+
+cpdef int _syev_memview(double[:, ::1] a, double[::1] w):
+    """Test twin: eigenvalues into w, eigenvectors into the rows of row-major ``a``."""
+    cdef int n = <int> a.shape[0]
+    cdef double[::1] work = np.empty(max(1, 66 * n))
+    return _syev(RowMajor, True, n, &a[0, 0], n, &w[0], &work[0], <int> work.shape[0])
 
 
 cpdef int _pbtrf_memview(bint lower, double[::1, :] ab):

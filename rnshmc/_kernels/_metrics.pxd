@@ -19,6 +19,8 @@ cdef class Metric:
     cdef void draw_momentum(self, bitgen_t* bitgen, double* p) noexcept nogil
     # v = G^{-1} p; returns p^T G^{-1} p / 2
     cdef double kinetic_and_velocity(self, const double* p, double* v) noexcept nogil
+    # the kinetic term of H at the metric's point: half_log_det() + p^T G^{-1} p / 2 (v as above)
+    cdef double kinetic(self, const double* p, double* v) noexcept nogil
 
 cdef class EuclideanMetric(Metric):
     cdef readonly int kind

@@ -23,6 +23,9 @@ cdef class Metric:
     cdef double kinetic_and_velocity(self, const double* p, double* v) noexcept nogil:
         return 0.0
 
+    cdef double kinetic(self, const double* p, double* v) noexcept nogil:
+        return self.half_log_det() + self.kinetic_and_velocity(p, v)
+
 
 cdef class EuclideanMetric(Metric):
     """A constant mass matrix M: momenta p ~ N(0, M), kinetic energy p^T M^{-1} p / 2.

@@ -13,6 +13,16 @@ The acceptance step takes the log-Jacobian of the proposal map (zero for symplec
 integrators, not for L2HMC's learned leapfrog), and a proposal whose implicit solves did not
 converge is a counted rejection (never accepted: the map would not be reversible).
 
+With a position-dependent metric G(q) (RMHMC, RNS-RMHMC) the chain targets
+exp(-H(q, p)) with H = U_test(q) + 1/2 log det G(q) + 1/2 p^T G(q)^{-1} p, whose q-marginal is
+exp(-U_test(q)) whatever G is (the p-integral of exp(-1/2 log det G - K) is a constant). The
+momentum draw p ~ N(0, G(q)) is a Gibbs step of that joint density; the generalized leapfrog
+on U_dyn + 1/2 log det G + K is, with the momentum flip, a volume-preserving involution for any
+smooth U_dyn and G (the surrogate's potential and metric in RNS-RMHMC); so the Metropolis test
+must use the same G and its 1/2 log det in both energies and the true U_test: the metric's
+``kinetic`` supplies both terms at the start and the integrator's ``kinetic_end`` at the
+end. The metric is refactorised at the chain's state before each momentum draw.
+
 Delayed acceptance (Christen and Fox 2005) is exact because the surrogate flow with the
 momentum flip is a deterministic, volume-preserving involution for each number of steps: stage
 1 accepts with min(1, exp(-dH_dyn)), stage 2 with min(1, exp(-(dH - dH_dyn))), so the product
@@ -141,6 +151,10 @@ cdef class Chain:
             raise TypeError("a Chain needs a metric and an integrator")
         if metric.dim != dynamics.dim:
             raise ValueError(f"the metric has dim {metric.dim}, the targets {dynamics.dim}")
+        if metric.position_dependent != integrator.riemannian:
+            raise ValueError(f"{type(integrator).__name__} cannot integrate with a "
+                             f"{type(metric).__name__}: a position-dependent metric needs the "
+                             "generalized leapfrog, a constant one the leapfrog")
         self.metric = metric
         self.integrator = integrator
         self.delayed_acceptance = delayed_acceptance
@@ -195,6 +209,9 @@ cdef class Chain:
             raise ValueError(
                 f"the gradient of the log density is not finite at the initial point {where} "
                 f"(coordinates {bad.tolist()[:10]})")
+        if self.metric.position_dependent and self.metric.update(&qv[0], self.scratch) != 0:
+            message = getattr(self.metric, "indefinite_message", lambda: None)()
+            raise ValueError(message or f"the metric is not defined at the initial point {where}")
         memcpy(self.q, &qv[0], self.dim * sizeof(double))
         memcpy(self.grad, &g[0], self.dim * sizeof(double))
         self.U_dyn = U_dyn
@@ -299,6 +316,15 @@ cdef class Chain:
         self.n_density_evals += 1
         return U
 
+    cdef int prepare_metric(self) except -1 nogil:
+        """Factorise a position-dependent metric at the chain's state (a rejected proposal
+        left it at the proposal)."""
+        if self.metric.position_dependent and self.metric.update(self.q, self.scratch) != 0:
+            with gil:  # it was defined when the state was accepted: the metric is not a function
+                raise FloatingPointError("the metric is no longer defined at the chain's state "
+                                         "(a metric that changes between calls?)")
+        return 0
+
     cdef int trajectory(self, Py_ssize_t n_steps, double* U_dyn_new, double* kinetic_new,
                         TrajectoryInfo* info) except -1 nogil:
         """Integrate from (q, p) into (q_new, p), counting the evaluations."""
@@ -319,9 +345,10 @@ cdef class Chain:
         cdef bint accept, diverged, failed
         cdef double* tmp
         cdef TrajectoryInfo info
+        self.prepare_metric()
         self.metric.draw_momentum(bitgen, self.p)
         length = <Py_ssize_t> random_interval(bitgen, n_steps - 1) + 1 if jitter else n_steps
-        kinetic0 = self.metric.kinetic_and_velocity(self.p, self.v)
+        kinetic0 = self.metric.kinetic(self.p, self.v)
         H0 = self.U_test + kinetic0
         self.trajectory(length, &U_dyn_new, &kinetic_new, &info)
         diverged = info.diverged
@@ -443,8 +470,9 @@ cdef class Chain:
         self.step_size = step_size
         try:
             with bit_generator.lock, nogil:
+                self.prepare_metric()
                 self.metric.draw_momentum(bitgen, self.p)
-                H0 = self.U_test + self.metric.kinetic_and_velocity(self.p, self.v)
+                H0 = self.U_test + self.metric.kinetic(self.p, self.v)
                 self.trajectory(1, &U_dyn_new, &kinetic_new, &info)
                 if isfinite(kinetic_new) and info.converged:
                     U_test_new = self.test_potential_of_proposal(U_dyn_new)

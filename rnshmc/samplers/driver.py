@@ -46,9 +46,13 @@ class Phase(NamedTuple):
     keep : tuple of str
         Outputs kept for every iteration: "samples", "records", "gradients" (the dynamics
         gradient at each state: training data). Others go to reused chunk buffers.
+    adapt_mass : bool
+        With ``adapt``, the mass matrix too (when the sampler's settings say so); False for a
+        position-dependent metric, which has no mass matrix.
     """
     adapt: bool = False
     keep: tuple = ()
+    adapt_mass: bool = True
 
 
 class Progress:
@@ -354,7 +358,7 @@ class ChainSampler:
                                 else np.zeros((n_iter, dim)))
         chunk = max(1, n_iter // CHUNKS_PER_PHASE)
         adapt_step = spec.adapt and self.adapts_step_size(state)
-        adapt_mass = spec.adapt and self.adapt_mass_matrix
+        adapt_mass = spec.adapt and spec.adapt_mass and self.adapt_mass_matrix
         schedule = WarmupSchedule(n_iter, term_buffer=terminal_buffer(n_iter)) if adapt_mass else None
         boundaries = set(range(chunk, n_iter, chunk)) | {n_iter}
         if schedule is not None:
