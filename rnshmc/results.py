@@ -227,8 +227,9 @@ class SampleResult(dict):
         The posterior holds one variable ``q`` with dims
         ``(chain, draw, q_dim_0)``.  ``sample_stats`` holds those of ``lp``
         (from `log_density`), ``acceptance_rate`` (from `accept_prob`),
-        ``diverging``, ``energy``, ``step_size`` (repeated for each draw) and
-        ``n_steps`` that are present in the result.
+        ``diverging``, ``energy``, ``step_size`` (repeated for each draw),
+        ``n_steps``, and for the Riemannian samplers ``solver_iterations`` and
+        ``implicit_failed``, that are present in the result.
 
         Returns
         -------
@@ -257,6 +258,8 @@ class SampleResult(dict):
             ("diverging", "diverging"),
             ("energy", "energy"),
             ("n_steps", "n_steps"),
+            ("solver_iterations", "solver_iterations"),
+            ("implicit_failed", "implicit_failed"),
         ]:
             if ours in self:
                 stats[theirs] = np.asarray(self[ours])

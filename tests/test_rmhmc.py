@@ -1,0 +1,351 @@
+"""RMHMC and RNS-RMHMC: the generalized leapfrog (reversibility, volume preservation, the
+constant-metric limit), counted rejections of unconverged solves, and exactness of the chains
+(moments within Monte Carlo error) on targets whose metric varies strongly with position."""
+import numpy as np
+import pytest
+from scipy import special
+
+import rnshmc
+from rnshmc import RMHMC, RNSRMHMC, Target
+from rnshmc._kernels._integrators import GeneralizedLeapfrog, Leapfrog
+from rnshmc._kernels._metrics import EuclideanMetric
+from rnshmc._kernels._riemann import CallableMetric, LinearPredictorMetric
+from rnshmc._kernels._transition import Chain
+from rnshmc.targets import as_ctarget
+
+FUNNEL_SD = 1.5  # v ~ N(0, 1.5^2), x | v ~ N(0, e^v)
+
+
+def funnel_logp_and_grad(q):
+    x, v = q
+    e = np.exp(-v)
+    logp = -v * v / (2 * FUNNEL_SD ** 2) - 0.5 * x * x * e - 0.5 * v
+    return logp, np.array([-x * e, -v / FUNNEL_SD ** 2 + 0.5 * x * x * e - 0.5])
+
+
+def funnel_hessian(q):
+    """The potential's Hessian: indefinite where x^2 > 2 e^v / sd^2 (SoftAbs needed)."""
+    x, v = q
+    e = np.exp(-v)
+    return np.array([[e, -x * e], [-x * e, 1 / FUNNEL_SD ** 2 + 0.5 * x * x * e]])
+
+
+def funnel_hessian_derivatives(q):
+    x, v = q
+    e = np.exp(-v)
+    return np.array([[[0.0, -e], [-e, x * e]],
+                     [[-e, x * e], [x * e, -0.5 * x * x * e]]])
+
+
+def funnel_target():
+    return Target(None, logp_and_grad=funnel_logp_and_grad, dim=2)
+
+
+def funnel_statistics(samples):
+    """Per-draw functions with known means and finite variances: x, v, v^2, 1{v > 1.5},
+    x^2 e^{-v} (a chi-square(1): mean 1) and 1{|x| < e^{v/2}} (mean 0.6827) — these test the
+    joint law; x^2 itself (lognormal tails, kurtosis ~30) has no usable Monte Carlo error."""
+    x, v = samples[..., 0], samples[..., 1]
+    standardised = x * np.exp(-0.5 * v)
+    functions = np.stack([x, v, v * v, (v > 1.5) * 1.0, standardised ** 2,
+                          (np.abs(standardised) < 1.0) * 1.0], axis=-1)
+    truth = np.array([0.0, 0.0, FUNNEL_SD ** 2, special.ndtr(-1.5 / FUNNEL_SD), 1.0,
+                      special.erf(1 / np.sqrt(2))])
+    return functions, truth
+
+
+def riemannian_chain(target, metric, dim, tol=1e-13, max_iterations=100):
+    return Chain(as_ctarget(target, dim), None, metric, GeneralizedLeapfrog(dim, tol, max_iterations))
+
+
+def small_logistic(seed=0, n=300, dim=3):
+    X, y, _ = rnshmc.datasets.simulated_logistic(n=n, dim=dim, rng=seed)
+    return rnshmc.models.LogisticRegression(X, y, prior_variance=10.0)
+
+
+def banana_metric(dim=3):
+    """G = I + 4 u u^T with u = (q0, 1, q1^2, ...): strongly position dependent."""
+    def u_and_du(q):
+        u = np.ones(dim)
+        u[0], u[2] = q[0], q[1] ** 2
+        du = np.zeros((dim, dim))
+        du[0, 0] = 1.0
+        du[1, 2] = 2 * q[1]
+        return u, du
+
+    def G(q):
+        u, _ = u_and_du(q)
+        return np.eye(dim) + 4 * np.outer(u, u)
+
+    def dG(q):
+        u, du = u_and_du(q)
+        return 4 * (np.einsum("ia,b->iab", du, u) + np.einsum("a,ib->iab", u, du))
+    return CallableMetric(dim, G, dG)
+
+
+def fitted_surrogate(dim=3, seed=0):
+    rng = np.random.default_rng(seed)
+    Q = rng.standard_normal((200, dim))
+    surrogate = rnshmc.RandomNetworkSurrogate(dim, n_hidden=30, rng=seed, whiten=True)
+    surrogate.fit(Q, 0.5 * np.sum(Q ** 2, axis=1) + 0.3 * Q[:, 0] ** 3)
+    return surrogate
+
+
+def integrator_cases():
+    """(name, chain factory, q, p) covering each metric family."""
+    model = small_logistic()
+    gaussian = Target(None, logp_and_grad=lambda q: (-0.5 * q @ q, -q), dim=3)
+    surrogate = fitted_surrogate()
+    return {
+        "fisher": (lambda: riemannian_chain(model, LinearPredictorMetric(
+            model.X, "logistic", prior_precision=0.1), 3), np.array([0.5, -0.3, 0.2])),
+        "callable": (lambda: riemannian_chain(gaussian, banana_metric(), 3),
+                     np.array([0.4, -0.7, 0.1])),
+        "funnel_softabs": (lambda: riemannian_chain(funnel_target(), CallableMetric(
+            2, funnel_hessian, funnel_hessian_derivatives, softabs=1.0), 2),
+            np.array([1.2, -0.4])),
+        "surrogate_softabs": (lambda: riemannian_chain(
+            surrogate, surrogate.hessian_metric(softabs=2.0), 3), np.array([0.3, 0.2, -0.5])),
+        "surrogate_diagonal": (lambda: riemannian_chain(
+            surrogate, surrogate.hessian_metric(diagonal=True, softabs=2.0), 3),
+            np.array([0.3, 0.2, -0.5])),
+    }
+
+
+CASES = ["fisher", "callable", "funnel_softabs", "surrogate_softabs", "surrogate_diagonal"]
+
+
+def test_funnel_derivatives_are_those_of_its_hessian():
+    """The funnel test's metric callables are consistent (else its exactness test would test
+    nothing about the integrator)."""
+    q, h = np.array([0.7, -0.3]), 1e-6
+    for i in range(2):
+        e = np.zeros(2)
+        e[i] = h
+        numeric = (funnel_hessian(q + e) - funnel_hessian(q - e)) / (2 * h)
+        np.testing.assert_allclose(funnel_hessian_derivatives(q)[i], numeric, atol=1e-8)
+        U = lambda z: -funnel_logp_and_grad(z)[0]
+        grad = -funnel_logp_and_grad(q)[1]
+        assert abs((U(q + e) - U(q - e)) / (2 * h) - grad[i]) < 1e-8
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_generalized_leapfrog_is_reversible(case):
+    make, q = integrator_cases()[case]
+    chain = make()
+    rng = np.random.default_rng(1)
+    p = rng.standard_normal(q.size)
+    q1, p1, _, _ = chain.integrate(q, p, 0.2, 4)
+    assert np.max(np.abs(q1 - q)) > 0.05  # it moved
+    q2, p2, _, _ = chain.integrate(q1, -p1, 0.2, 4)
+    np.testing.assert_allclose(q2, q, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(-p2, p, rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_generalized_leapfrog_preserves_volume(case):
+    """|det d(q', p')/d(q, p)| = 1 by central finite differences of the map."""
+    make, q = integrator_cases()[case]
+    chain = make()
+    p = np.random.default_rng(2).standard_normal(q.size)
+    d = q.size
+    z = np.concatenate([q, p])
+
+    def flow(z):
+        q1, p1, _, _ = chain.integrate(z[:d], z[d:], 0.2, 3)
+        return np.concatenate([q1, p1])
+
+    h = 1e-5
+    J = np.empty((2 * d, 2 * d))
+    for k in range(2 * d):
+        e = np.zeros(2 * d)
+        e[k] = h
+        J[:, k] = (flow(z + e) - flow(z - e)) / (2 * h)
+    assert abs(np.linalg.det(J) - 1.0) < 1e-6
+    # and it is symplectic: J^T Omega J = Omega
+    omega = np.block([[np.zeros((d, d)), np.eye(d)], [-np.eye(d), np.zeros((d, d))]])
+    np.testing.assert_allclose(J.T @ omega @ J, omega, atol=1e-6)
+
+
+def test_constant_metric_is_the_leapfrog():
+    rng = np.random.default_rng(3)
+    A = rng.standard_normal((3, 3))
+    M = A @ A.T + np.eye(3)
+    target = Target(None, logp_and_grad=lambda q: (-0.5 * q @ q - q[0] ** 4 / 12,
+                                                   -q - np.array([q[0] ** 3 / 3, 0, 0])), dim=3)
+    riemann = riemannian_chain(target, CallableMetric(3, lambda q: M, lambda q: np.zeros((3, 3, 3))), 3)
+    euclid = Chain(as_ctarget(target, 3), None, EuclideanMetric(3, np.linalg.inv(M)), Leapfrog())
+    q, p = rng.standard_normal(3), rng.standard_normal(3)
+    for r, e in zip(riemann.integrate(q, p, 0.3, 5), euclid.integrate(q, p, 0.3, 5)):
+        np.testing.assert_allclose(r, e, rtol=1e-11, atol=1e-12)
+
+
+def test_unconverged_solve_is_a_counted_rejection():
+    """One fixed-point iteration never meets the tolerance: every proposal fails, none is
+    accepted, each failure is counted and warned about."""
+    model = small_logistic()
+    sampler = RMHMC(model, metric="fisher", step_size=0.5, n_steps=3, max_fixed_point_iterations=1)
+    with pytest.warns(RuntimeWarning, match="did not converge"):
+        res = sampler.sample(50, tune=0, rng=0, progress=False)
+    assert res.n_implicit_failures[0] == 50
+    assert res.implicit_failed.all()
+    assert not res.accepted.any()
+    assert np.all(res.samples == res.samples[0, 0])
+
+
+def test_papers_fixed_iterations_warn():
+    model = small_logistic()
+    with pytest.warns(UserWarning, match="not exactly invariant"):
+        sampler = RMHMC(model, step_size=0.5, n_steps=2, fixed_point_tol=None,
+                        max_fixed_point_iterations=5)
+    res = sampler.sample(30, tune=0, rng=0, progress=False)
+    assert np.all(res.solver_iterations[res.n_steps > 0] == 10 * res.n_steps[res.n_steps > 0])
+    assert res.n_implicit_failures[0] == 0
+
+
+def logistic_posterior_moments(model, half_width=4.0, n=161):
+    """Mean and covariance of a 2-d logistic posterior by quadrature on a grid around the mode."""
+    from scipy import optimize
+    mode = optimize.minimize(lambda b: model.potential_and_gradient(b), np.zeros(2), jac=True).x
+    H = model.fisher_metric(mode)
+    sd = np.sqrt(np.diag(np.linalg.inv(H)))
+    axes = [np.linspace(m - half_width * 1.5 * s, m + half_width * 1.5 * s, n) for m, s in zip(mode, sd)]
+    B0, B1 = np.meshgrid(*axes, indexing="ij")
+    points = np.stack([B0.ravel(), B1.ravel()], axis=1)
+    U = np.array([model.potential(b) for b in points])
+    w = np.exp(-(U - U.min()))
+    w /= w.sum()
+    mean = w @ points
+    cov = (points - mean).T @ ((points - mean) * w[:, None])
+    return mean, cov
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_rmhmc_fisher_is_exact(seed, check_mean, check_covariance):
+    X, y, _ = rnshmc.datasets.simulated_logistic(n=150, dim=2, rng=7)
+    model = rnshmc.models.LogisticRegression(X, y, prior_variance=4.0)
+    mean, cov = logistic_posterior_moments(model)
+    res = RMHMC(model, metric="fisher", step_size=0.7, n_steps=3, jitter=True).sample(
+        1500, tune=100, chains=2, rng=seed, progress=False)
+    assert 0.5 < res.acceptance_rate.mean() < 0.999
+    check_mean(res.samples, mean)
+    check_covariance(res.samples, mean, cov)
+
+
+def funnel_check(res, mcse_z):
+    functions, truth = funnel_statistics(res.samples)
+    z, tol = mcse_z(functions, truth)
+    assert np.all(np.abs(z) < tol), f"standardised errors {np.round(z, 2)}"
+
+
+@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow),
+                                  pytest.param(2, marks=pytest.mark.slow)])
+def test_rmhmc_softabs_funnel_is_exact(seed, mcse_z):
+    """A funnel whose Hessian is indefinite in its neck and the metric varies by orders of
+    magnitude: RMHMC with the SoftAbs Hessian metric keeps the law of x given v and the tail
+    probability of v within Monte Carlo error."""
+    sampler = RMHMC(funnel_target(), metric=funnel_hessian,
+                    metric_derivatives=funnel_hessian_derivatives, softabs=1.0, step_size=0.5,
+                    n_steps=4, jitter=True)
+    res = sampler.sample(1200, tune=0, chains=2, rng=seed, init=np.array([[0.5, 0.0], [-0.5, 0.5]]),
+                         progress=False)
+    assert res.n_implicit_failures.sum() < 0.05 * res.accepted.size
+    funnel_check(res, mcse_z)
+
+
+def poor_rns_rmhmc(metric, seed, gaussian):
+    return RNSRMHMC(gaussian, metric=metric, softabs=1.0, n_hidden=15, n_explore=300,
+                    n_train=60, n_adapt=150, n_steps=3, jitter=True).sample(
+        1500, tune=300, chains=2, rng=seed, progress=False)
+
+
+@pytest.mark.parametrize("metric", ["hessian", "diagonal"])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_rns_rmhmc_is_exact_with_a_poor_surrogate(metric, seed, gaussian_problem, gaussian_target,
+                                                  check_mean, check_covariance):
+    """15 units fitted to 60 exploration states of a correlated 4-d Gaussian: a poor surrogate
+    potential and metric; the exact test keeps the mean and every covariance entry."""
+    mean, cov, precision = gaussian_problem(seed, dim=4, condition=10.0)
+    res = poor_rns_rmhmc(metric, seed, gaussian_target(mean, precision))
+    assert res.fit_residual.max() > 1e-3  # the surrogate is indeed poor
+    assert res.acceptance_rate.mean() > 0.2
+    check_mean(res.samples, mean)
+    check_covariance(res.samples, mean, cov)
+    # one exact density per sampling iteration; no exact gradient after exploration
+    assert np.all(res.n_density_evals_sampling == 1500)
+    assert np.all(res.n_gradient_evals_sampling == 0)
+
+
+def test_rns_rmhmc_logistic_agrees_with_rmhmc(check_mean):
+    X, y, _ = rnshmc.datasets.simulated_logistic(n=150, dim=2, rng=7)
+    model = rnshmc.models.LogisticRegression(X, y, prior_variance=4.0)
+    mean, cov = logistic_posterior_moments(model)
+    res = RNSRMHMC(model, n_hidden=100, step_size=0.7, n_steps=3, jitter=True).sample(
+        1500, tune=500, chains=2, rng=3, progress=False)
+    assert res.acceptance_rate.mean() > 0.6
+    assert res.sampler == "RNS-RMHMC" and res.metric == "hessian"
+    check_mean(res.samples, mean)
+
+
+def test_indefinite_metric_at_the_initial_point_is_a_clear_error():
+    sampler = RMHMC(funnel_target(), metric=funnel_hessian,
+                    metric_derivatives=funnel_hessian_derivatives, step_size=0.3, n_steps=2)
+    with pytest.raises(ValueError, match=r"not positive definite at q = .*softabs"):
+        sampler.sample(10, tune=0, rng=0, init=np.array([3.0, -1.0]), progress=False)
+
+
+def test_indefinite_metric_inside_a_trajectory_is_a_counted_rejection():
+    """Without SoftAbs the funnel's Hessian is indefinite where x^2 > 2 e^v / sd^2: proposals
+    that reach there are rejected, counted and warned about (the chain then only samples where
+    the metric is positive definite, which the warning says)."""
+    sampler = RMHMC(funnel_target(), metric=funnel_hessian,
+                    metric_derivatives=funnel_hessian_derivatives, step_size=0.8, n_steps=5)
+    with pytest.warns(RuntimeWarning, match="not positive definite"):
+        res = sampler.sample(300, tune=0, rng=0, init=np.array([0.5, 0.5]), progress=False)
+    assert res.n_implicit_failures[0] > 0
+
+
+def test_solver_statistics_in_arviz():
+    az = pytest.importorskip("arviz")
+    res = RMHMC(small_logistic(), step_size=0.5, n_steps=2).sample(20, tune=0, chains=2, rng=0,
+                                                                   progress=False)
+    data = res.to_arviz()
+    stats = data["sample_stats"]
+    assert stats["solver_iterations"].shape == (2, 20)
+    np.testing.assert_array_equal(np.asarray(stats["solver_iterations"]), res.solver_iterations)
+    assert "implicit_failed" in stats
+    del az
+
+
+def test_continuing_a_run_is_bit_identical():
+    model = small_logistic()
+    sampler = RMHMC(model, n_steps=2)
+    full = sampler.sample(60, tune=40, rng=5, progress=False)
+    states = sampler.init_states(60, 40, 1, 5)
+    sampler.run_states(states, progress=False, stop_after=55)
+    sampler.run_states(states, progress=False)
+    np.testing.assert_array_equal(sampler.result(states).samples, full.samples)
+
+
+def test_bad_arguments():
+    model = small_logistic()
+    gaussian = Target(None, logp_and_grad=lambda q: (-0.5 * q @ q, -q), dim=2)
+    with pytest.raises(ValueError, match="Fisher metric of"):
+        RMHMC(gaussian, metric="fisher")
+    with pytest.raises(ValueError, match="Gauss-Newton metric of"):
+        RMHMC(model, metric="gauss_newton")
+    with pytest.raises(TypeError, match="metric_derivatives"):
+        RMHMC(gaussian, metric=lambda q: np.eye(2))
+    with pytest.raises(ValueError, match="metric must be"):
+        RMHMC(model, metric="hessian")
+    with pytest.raises(ValueError, match="softabs"):
+        RMHMC(model, softabs=-1.0)
+    with pytest.raises(ValueError, match="max_fixed_point_iterations"):
+        RMHMC(model, max_fixed_point_iterations=0)
+    with pytest.raises(ValueError, match="metric must be 'hessian' or 'diagonal'"):
+        RNSRMHMC(model, metric="fisher")
+    with pytest.raises(ValueError, match="additive nodes"):
+        RNSRMHMC(model, nodes="rbf")
+    with pytest.raises(ValueError, match="step_size has 3 entries"):
+        RNSRMHMC(model, step_size=[0.1, 0.2, 0.3], n_hidden=10).sample(
+            10, tune=20, chains=2, rng=0, progress=False)
