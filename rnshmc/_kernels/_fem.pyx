@@ -10,7 +10,9 @@ is precomputed by ``rnshmc.fem``; an assembly is then one multiply-add per store
 ``EllipticPDETarget`` is the C-level target of ``rnshmc.models.EllipticPDE``: log kappa is a
 linear map of theta (a Karhunen-Loeve basis), u is observed through a sparse interpolation
 operator, U = |y - u_obs|^2 / (2 s_y^2) + |theta|^2 / (2 s_theta^2), and the gradient costs
-one adjoint solve with the same factor plus an element contraction.
+one adjoint solve with the same factor plus an element contraction. Its ``gauss_newton``
+(declared in _fem.pxd, so that Riemannian samplers can cimport it) gives the Gauss-Newton
+metric J^T J / s_y^2 + I / s_theta^2 and its derivatives, again with the one factor.
 """
 from libc.math cimport exp, INFINITY, NAN
 from libc.string cimport memcpy, memset
@@ -22,6 +24,10 @@ from ._lapack cimport _pbtrf, _pbtrs
 from ._targets cimport CTarget
 
 cdef double DBL_MAX = 1.7976931348623157e308
+# OpenBLAS runs a GEMM on nthreads = m n k / 2^18 threads (interface/gemm.c: SMP_THRESHOLD_MIN
+# 65536 times the default GEMM_MULTITHREAD_THRESHOLD 4), so products up to this size stay on
+# the calling thread
+cdef Py_ssize_t GEMM_SERIAL_SIZE = 262144
 
 
 cdef class BandSystem:
@@ -442,7 +448,8 @@ cdef class EllipticPDETarget(CTarget):
         cdef Py_ssize_t d = self.dim, n = self.system.n_elements, m = self.system.n_local
         cdef Py_ssize_t n_free = self.system.n_free, n_ext = self.system.n_ext
         cdef Py_ssize_t packed = d * (d + 1) // 2
-        cdef Py_ssize_t e, k, l, i, a, b, o, p, ek, node
+        cdef Py_ssize_t e, k, l, i, a, b, o, p, ek, node, rows
+        cdef Py_ssize_t slice_rows = max(1, GEMM_SERIAL_SIZE // (d * packed))
         cdef const Py_ssize_t* ext = &self.system.elem_ext[0]
         cdef const double* S = &self.system.elem_stiffness[0]
         cdef const double* basis = &self.basis[0, 0]
@@ -557,9 +564,16 @@ cdef class EllipticPDETarget(CTarget):
                         out[a - i] += ci * g[a] + gi * c[a]
                     out += d - i
 
-        # K[b, (i, a)] = mu_b^T r_ia over the unknowns
-        _gemm(RowMajor, NoTrans, NoTrans, <int> d, <int> packed, <int> n_free, 1.0, sens,
-              <int> n_ext, R, <int> packed, 0.0, K, <int> packed)
+        # K[b, (i, a)] = mu_b^T r_ia over the unknowns, in slices of the unknowns small enough
+        # for OpenBLAS to run each GEMM on the calling thread: at this size its threads cost
+        # more than they save, and they compete with the samplers' own (one chain per thread)
+        memset(K, 0, d * packed * sizeof(double))
+        node = 0
+        while node < n_free:
+            rows = slice_rows if node + slice_rows <= n_free else n_free - node
+            _gemm(RowMajor, NoTrans, NoTrans, <int> d, <int> packed, <int> rows, 1.0,
+                  sens + node, <int> n_ext, R + node * packed, <int> packed, 1.0, K, <int> packed)
+            node += rows
 
         # dG[i, a, b] = (M[i, a, b] + M[i, b, a]) / s_y^2 with M[i, a, b] = -K[b, (i, a)]
         scale = -self.noise_precision
