@@ -416,7 +416,7 @@ cdef class EllipticPDETarget(CTarget):
         Derivation. With the extended solution u (unknowns, then the Dirichlet values) the
         discrete equations over the unknowns are
 
-            R(theta, u) = sum_e kappa_e P S_e u_e - load = 0,
+            F(theta, u) = sum_e kappa_e P S_e u_e - load = 0,
 
         P the restriction to free rows: the kappa-dependent lifting -sum_e kappa_e S_e g is
         just the Dirichlet columns of the same element products. With dkappa_e/dtheta_i =
@@ -434,7 +434,7 @@ cdef class EllipticPDETarget(CTarget):
         M[i, a, b] = sum_o T[o, i, a] J[o, b]. Contracting over the observations before
         solving (A symmetric),
 
-            M[i, a, b] = -(O^T J[:, b])^T A^{-1} r_ia = -mu_b^T r_ia,   A mu_b = O^T J[:, b],
+            M[i, a, b] = -(O^T J[:, b])^T A^{-1} r_ia = -mu_b^T r_ia,   A mu_b = P O^T J[:, b],
 
         so the derivatives need d adjoint solves (nrhs = d) on top of the d sensitivity solves
         of J, instead of d(d+1)/2 second-order solves or n_obs adjoint solves, all with the
@@ -442,7 +442,7 @@ cdef class EllipticPDETarget(CTarget):
         sum over the element corners (e, k) at n of c_i g_a + g_i c_a with c = kappa_e b_e and
         g = (S_e du_e)_k + (S_e u_e)_k b_e / 2, so it is assembled packed (upper triangle,
         d(d+1)/2 per node) by one symmetric rank-2 update per element corner, and
-        K = mu^T R ((d x n_free) times (n_free x d(d+1)/2)) is one GEMM:
+        K = mu^T R ((d x n_free) times (n_free x d(d+1)/2)) is a GEMM (in slices, below):
         M[i, a, b] = -K[b, (i, a)].
         """
         cdef Py_ssize_t d = self.dim, n = self.system.n_elements, m = self.system.n_local
