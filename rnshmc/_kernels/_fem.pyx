@@ -10,18 +10,24 @@ is precomputed by ``rnshmc.fem``; an assembly is then one multiply-add per store
 ``EllipticPDETarget`` is the C-level target of ``rnshmc.models.EllipticPDE``: log kappa is a
 linear map of theta (a Karhunen-Loeve basis), u is observed through a sparse interpolation
 operator, U = |y - u_obs|^2 / (2 s_y^2) + |theta|^2 / (2 s_theta^2), and the gradient costs
-one adjoint solve with the same factor plus an element contraction.
+one adjoint solve with the same factor plus an element contraction. Its ``gauss_newton``
+(declared in _fem.pxd, so that Riemannian samplers can cimport it) gives the Gauss-Newton
+metric J^T J / s_y^2 + I / s_theta^2 and its derivatives, again with the one factor.
 """
 from libc.math cimport exp, INFINITY, NAN
 from libc.string cimport memcpy, memset
 
 import numpy as np
 
-from ._blas cimport Upper, Lower, _axpy, _dot
+from ._blas cimport RowMajor, NoTrans, Trans, Upper, Lower, _axpy, _dot, _gemm, _syrk
 from ._lapack cimport _pbtrf, _pbtrs
 from ._targets cimport CTarget
 
 cdef double DBL_MAX = 1.7976931348623157e308
+# OpenBLAS runs a GEMM on nthreads = m n k / 2^18 threads (interface/gemm.c: SMP_THRESHOLD_MIN
+# 65536 times the default GEMM_MULTITHREAD_THRESHOLD 4), so products up to this size stay on
+# the calling thread
+cdef Py_ssize_t GEMM_SERIAL_SIZE = 262144
 
 
 cdef class BandSystem:
@@ -239,6 +245,16 @@ cdef inline double _product4(const double* S, const Py_ssize_t* ext, const doubl
             + left[ext[3]] * (S[12] * r0 + S[13] * r1 + S[14] * r2 + S[15] * r3))
 
 
+cdef inline Py_ssize_t _packed_index(Py_ssize_t i, Py_ssize_t a, Py_ssize_t d) noexcept nogil:
+    """Position of (i, a) in the row-major packed upper triangle of a symmetric d x d matrix."""
+    cdef Py_ssize_t t
+    if i > a:
+        t = i
+        i = a
+        a = t
+    return i * d - i * (i - 1) // 2 + a - i
+
+
 cdef class EllipticPDETarget(CTarget):
     """C kernel of ``rnshmc.models.EllipticPDE`` (inputs validated there).
 
@@ -253,19 +269,7 @@ cdef class EllipticPDETarget(CTarget):
     observations : ndarray, shape (n_obs,)
     noise_sd, prior_sd : float
     """
-    cdef readonly BandSystem system
-    cdef const double[:, ::1] basis_t
-    cdef const Py_ssize_t[::1] obs_ptr
-    cdef const Py_ssize_t[::1] obs_ext
-    cdef const double[::1] obs_weight
-    cdef const double[::1] observations
-    cdef readonly double noise_sd, prior_sd
-    cdef double noise_precision, prior_precision
-    cdef readonly Py_ssize_t n_obs
-    # scratch layout: [work (the system's) | kappa | element_grad | residual | adjoint]
-    #   kappa: log kappa, then kappa, per element; element_grad: dU/dlog kappa per element;
-    #   residual: u_obs - y; adjoint: the extended adjoint vector
-    cdef Py_ssize_t kappa_at, element_grad_at, residual_at, adjoint_at
+    # attributes declared in _fem.pxd (so that other kernels can cimport this class)
 
     def __init__(self, BandSystem system, const double[:, ::1] basis_t,
                  const Py_ssize_t[::1] obs_ptr, const Py_ssize_t[::1] obs_ext,
@@ -296,6 +300,18 @@ cdef class EllipticPDETarget(CTarget):
         self.residual_at = self.element_grad_at + system.n_elements
         self.adjoint_at = self.residual_at + self.n_obs
         super().__init__(basis_t.shape[0], self.adjoint_at + system.n_ext)
+        # element rows of the basis: the metric's element loops read one row per element
+        self.basis = np.ascontiguousarray(np.asarray(basis_t).T)
+        # gauss_newton's work: [scratch | sens (d x n_ext) | du (n_ext x d) | jac (n_obs x d)
+        #   | rhs2 (n_free x d(d+1)/2) | contraction (d x d(d+1)/2) | vectors (2 d)]
+        cdef Py_ssize_t d = self.dim, packed = self.dim * (self.dim + 1) // 2
+        self.sens_at = self.scratch_size
+        self.du_at = self.sens_at + d * system.n_ext
+        self.jac_at = self.du_at + system.n_ext * d
+        self.rhs2_at = self.jac_at + self.n_obs * d
+        self.contraction_at = self.rhs2_at + system.n_free * packed
+        self.vectors_at = self.contraction_at + d * packed
+        self.metric_work_size = self.vectors_at + 2 * d
 
     def _arguments(self):
         return (np.asarray(self.basis_t), np.asarray(self.obs_ptr), np.asarray(self.obs_ext),
@@ -392,6 +408,184 @@ cdef class EllipticPDETarget(CTarget):
             grad[i] = self.prior_precision * q[i] - _dot(<int> n, &self.basis_t[i, 0], 1, w, 1)
         return 0
 
+    cdef int gauss_newton(self, const double* q, double* G, double* dG, double* work) noexcept nogil:
+        """Gauss-Newton metric G = J^T J / s_y^2 + I / s_theta^2 and, if ``dG`` is not NULL,
+        its derivatives dG[i, a, b] = dG_ab / dtheta_i (row-major d x d x d); 0, or 1 where
+        the coefficient or the factorisation fails. ``work``: ``metric_work_size`` doubles.
+
+        Derivation. With the extended solution u (unknowns, then the Dirichlet values) the
+        discrete equations over the unknowns are
+
+            F(theta, u) = sum_e kappa_e P S_e u_e - load = 0,
+
+        P the restriction to free rows: the kappa-dependent lifting -sum_e kappa_e S_e g is
+        just the Dirichlet columns of the same element products. With dkappa_e/dtheta_i =
+        kappa_e b_ei (b = basis) and A = sum_e kappa_e P S_e P^T, differentiating once gives
+
+            A du_i = -sum_e kappa_e b_ei P S_e u_e                              (1)
+
+        (du_i vanishes at the Dirichlet nodes), J[o, i] = O_o du_i, and differentiating (1)
+        along theta_a
+
+            A d2u_ia = -r_ia,
+            r_ia = sum_e kappa_e P S_e (b_ei b_ea u_e + b_ei du_a,e + b_ea du_i,e).
+
+        With T[o, i, a] = O_o d2u_ia, dG_ab/dtheta_i = (M[i, a, b] + M[i, b, a]) / s_y^2 where
+        M[i, a, b] = sum_o T[o, i, a] J[o, b]. Contracting over the observations before
+        solving (A symmetric),
+
+            M[i, a, b] = -(O^T J[:, b])^T A^{-1} r_ia = -mu_b^T r_ia,   A mu_b = P O^T J[:, b],
+
+        so the derivatives need d adjoint solves (nrhs = d) on top of the d sensitivity solves
+        of J, instead of d(d+1)/2 second-order solves or n_obs adjoint solves, all with the
+        factor of the forward solve. r_ia is symmetric in (i, a); at a free node n it is
+        sum over the element corners (e, k) at n of c_i g_a + g_i c_a with c = kappa_e b_e and
+        g = (S_e du_e)_k + (S_e u_e)_k b_e / 2, so it is assembled packed (upper triangle,
+        d(d+1)/2 per node) by one symmetric rank-2 update per element corner, and
+        K = mu^T R ((d x n_free) times (n_free x d(d+1)/2)) is a GEMM (in slices, below):
+        M[i, a, b] = -K[b, (i, a)].
+        """
+        cdef Py_ssize_t d = self.dim, n = self.system.n_elements, m = self.system.n_local
+        cdef Py_ssize_t n_free = self.system.n_free, n_ext = self.system.n_ext
+        cdef Py_ssize_t packed = d * (d + 1) // 2
+        cdef Py_ssize_t e, k, l, i, a, b, o, p, ek, node, rows
+        cdef Py_ssize_t slice_rows = max(1, GEMM_SERIAL_SIZE // (d * packed))
+        cdef const Py_ssize_t* ext = &self.system.elem_ext[0]
+        cdef const double* S = &self.system.elem_stiffness[0]
+        cdef const double* basis = &self.basis[0, 0]
+        cdef double* sens = work + self.sens_at       # right-hand sides, column-major (n_ext, d)
+        cdef double* du = work + self.du_at           # du_i at node n: du[n * d + i]
+        cdef double* J = work + self.jac_at           # (n_obs, d) row-major
+        cdef double* R = work + self.rhs2_at          # r_ia at free node n, packed upper
+        cdef double* K = work + self.contraction_at   # (d, packed)
+        cdef double* c = work + self.vectors_at
+        cdef double* g = c + d
+        cdef const double* u
+        cdef const double* kappa
+        cdef const double* be
+        cdef const double* Srow
+        cdef const double* row
+        cdef double* out
+        cdef double v, w, ke, ci, gi, z0, scale
+        if not self.solve_forward(q, work):
+            return 1
+        u = self.system.solution(work)
+        kappa = work + self.kappa_at
+
+        # (1): right-hand sides gathered per node first (rows of d, contiguous in the element
+        # loop), then transposed into LAPACK's one-column-per-mode layout
+        memset(du, 0, n_ext * d * sizeof(double))
+        for e in range(n):
+            be = basis + e * d
+            for k in range(m):
+                ek = ext[e * m + k]
+                if ek >= n_free:
+                    continue
+                Srow = S + (e * m + k) * m
+                v = 0.0
+                for l in range(m):
+                    v = v + Srow[l] * u[ext[e * m + l]]
+                v = -kappa[e] * v
+                out = du + ek * d
+                for i in range(d):
+                    out[i] += v * be[i]
+        for node in range(n_free):
+            for i in range(d):
+                sens[i * n_ext + node] = du[node * d + i]
+        if self.system.solve_in_place(work, sens, <int> d, <int> n_ext) != 0:
+            return 1
+        # back to node rows; the Dirichlet rows stay zero (du vanishes there)
+        for node in range(n_free):
+            for i in range(d):
+                du[node * d + i] = sens[i * n_ext + node]
+
+        # J = O du (the Dirichlet entries of O multiply zeros)
+        memset(J, 0, self.n_obs * d * sizeof(double))
+        for o in range(self.n_obs):
+            for p in range(self.obs_ptr[o], self.obs_ptr[o + 1]):
+                ek = self.obs_ext[p]
+                if ek < n_free:
+                    w = self.obs_weight[p]
+                    row = du + ek * d
+                    for i in range(d):
+                        J[o * d + i] += w * row[i]
+
+        # G: SYRK fills the upper triangle (row-major), mirrored for the full matrix
+        _syrk(RowMajor, Upper, Trans, <int> d, <int> self.n_obs, self.noise_precision, J,
+              <int> d, 0.0, G, <int> d)
+        for a in range(d):
+            G[a * d + a] += self.prior_precision
+            for b in range(a):
+                G[a * d + b] = G[b * d + a]
+        if dG == NULL:
+            return 0
+
+        # mu_b = A^{-1} O^T J[:, b], column b of sens (the sensitivities now live in du)
+        memset(sens, 0, d * n_ext * sizeof(double))
+        for o in range(self.n_obs):
+            for p in range(self.obs_ptr[o], self.obs_ptr[o + 1]):
+                ek = self.obs_ext[p]
+                if ek < n_free:
+                    w = self.obs_weight[p]
+                    for b in range(d):
+                        sens[b * n_ext + ek] += w * J[o * d + b]
+        if self.system.solve_in_place(work, sens, <int> d, <int> n_ext) != 0:
+            return 1
+
+        # R: r_ia per free node, packed upper triangle, by c g^T + g c^T per element corner
+        memset(R, 0, n_free * packed * sizeof(double))
+        for e in range(n):
+            be = basis + e * d
+            ke = kappa[e]
+            for i in range(d):
+                c[i] = ke * be[i]
+            for k in range(m):
+                ek = ext[e * m + k]
+                if ek >= n_free:
+                    continue
+                Srow = S + (e * m + k) * m
+                z0 = 0.0
+                for l in range(m):
+                    z0 = z0 + Srow[l] * u[ext[e * m + l]]
+                z0 = 0.5 * z0
+                for a in range(d):
+                    g[a] = z0 * be[a]
+                for l in range(m):
+                    v = Srow[l]
+                    row = du + ext[e * m + l] * d      # zero rows at Dirichlet nodes
+                    for a in range(d):
+                        g[a] += v * row[a]
+                out = R + ek * packed
+                for i in range(d):
+                    ci = c[i]
+                    gi = g[i]
+                    # out[a - i] for a in [i, d): contiguous, vectorised by the compiler
+                    for a in range(i, d):
+                        out[a - i] += ci * g[a] + gi * c[a]
+                    out += d - i
+
+        # K[b, (i, a)] = mu_b^T r_ia over the unknowns, in slices of the unknowns small enough
+        # for OpenBLAS to run each GEMM on the calling thread: at this size its threads cost
+        # more than they save, and they compete with the samplers' own (one chain per thread)
+        memset(K, 0, d * packed * sizeof(double))
+        node = 0
+        while node < n_free:
+            rows = slice_rows if node + slice_rows <= n_free else n_free - node
+            _gemm(RowMajor, NoTrans, NoTrans, <int> d, <int> packed, <int> rows, 1.0,
+                  sens + node, <int> n_ext, R + node * packed, <int> packed, 1.0, K, <int> packed)
+            node += rows
+
+        # dG[i, a, b] = (M[i, a, b] + M[i, b, a]) / s_y^2 with M[i, a, b] = -K[b, (i, a)]
+        scale = -self.noise_precision
+        for i in range(d):
+            for a in range(d):
+                for b in range(a, d):
+                    v = scale * (K[b * packed + _packed_index(i, a, d)]
+                                 + K[a * packed + _packed_index(i, b, d)])
+                    dG[(i * d + a) * d + b] = v
+                    dG[(i * d + b) * d + a] = v
+        return 0
+
     # ---------------------------------------------------------------------------------------
     # Python entry points (validated by rnshmc.models.EllipticPDE)
 
@@ -456,3 +650,51 @@ cdef class EllipticPDETarget(CTarget):
                             for i in range(d):
                                 Jv[k, i] += self.obs_weight[p] * F[i, ea]
         return ok, J
+
+    def eval_gauss_newton(self, q, bint derivatives=True):
+        """The Gauss-Newton metric at ``q`` through the C path ``gauss_newton``.
+
+        Parameters
+        ----------
+        q : array_like of shape (dim,)
+        derivatives : bool
+            Also compute the derivatives of the metric.
+
+        Returns
+        -------
+        ok : bool
+            False where kappa is not finite and positive or the factorisation fails (then
+            ``G`` and ``dG`` hold no meaningful values).
+        G : ndarray of shape (dim, dim)
+            J^T J / noise_sd^2 + I / prior_sd^2, J = d u_obs / d theta.
+        dG : ndarray of shape (dim, dim, dim) or None
+            dG[i] = dG / dtheta_i (None unless ``derivatives``).
+        """
+        cdef double[::1] qv = self._checked_point(q)
+        cdef Py_ssize_t d = self.dim
+        cdef int status
+        G = np.empty((d, d))
+        dG = np.empty((d, d, d)) if derivatives else None
+        cdef double[:, ::1] Gv = G
+        cdef double[:, :, ::1] dGv = dG
+        cdef double* dG_ptr = &dGv[0, 0, 0] if derivatives else NULL
+        cdef double[::1] work = np.empty(self.metric_work_size)
+        with nogil:
+            status = self.gauss_newton(&qv[0], &Gv[0, 0], dG_ptr, &work[0])
+        return status == 0, G, dG
+
+    def time_gauss_newton(self, q, Py_ssize_t repeats, bint derivatives=True):
+        """Seconds per ``gauss_newton`` call at ``q`` over ``repeats`` calls from C, reusing
+        one work buffer (for benchmarks; compare ``time_evaluations``)."""
+        from time import perf_counter
+        cdef double[::1] qv = self._checked_point(q)
+        cdef Py_ssize_t d = self.dim, r
+        cdef double[::1] G = np.empty(d * d)
+        cdef double[::1] dG = np.empty(d * d * d)
+        cdef double* dG_ptr = &dG[0] if derivatives else NULL
+        cdef double[::1] work = np.empty(self.metric_work_size)
+        start = perf_counter()
+        with nogil:
+            for r in range(repeats):
+                self.gauss_newton(&qv[0], &G[0], dG_ptr, &work[0])
+        return (perf_counter() - start) / max(repeats, 1)

@@ -461,7 +461,10 @@ class EllipticPDE:
 
     def gauss_newton_metric(self, q):
         """J^T J / noise_sd^2 + I / prior_sd^2 (the Fisher metric of the likelihood plus the
-        prior precision).
+        prior precision), J = d u_obs / d theta.
+
+        Computed in C (``EllipticPDETarget.gauss_newton``): one factorisation and ``dim``
+        sensitivity solves with it.
 
         Parameters
         ----------
@@ -470,11 +473,49 @@ class EllipticPDE:
         Returns
         -------
         ndarray of shape (dim, dim)
+            Symmetric positive definite.
+
+        Raises
+        ------
+        FloatingPointError
+            Where kappa overflows or the matrix is not positive definite.
         """
-        J = self.jacobian(q)
-        G = J.T @ J / self.noise_sd ** 2
-        G[np.diag_indices_from(G)] += 1.0 / self.prior_sd ** 2
+        ok, G, _ = self._ctarget.eval_gauss_newton(self._check(q), derivatives=False)
+        if not ok:
+            raise FloatingPointError("kappa overflows or the stiffness matrix is not positive "
+                                     "definite at this q")
         return G
+
+    def gauss_newton_metric_derivatives(self, q):
+        """The Gauss-Newton metric and its partial derivatives (for Riemannian HMC).
+
+        Computed in C (``EllipticPDETarget.gauss_newton``) with one factorisation, ``dim``
+        sensitivity solves and ``dim`` adjoint solves (the second-order sensitivities are
+        contracted with J before solving), plus element-level products.
+
+        Parameters
+        ----------
+        q : array_like of shape (dim,)
+
+        Returns
+        -------
+        G : ndarray of shape (dim, dim)
+            J^T J / noise_sd^2 + I / prior_sd^2, as :meth:`gauss_newton_metric`.
+        dG : ndarray of shape (dim, dim, dim)
+            dG[i] = dG / dtheta_i, each symmetric:
+            dG[i, a, b] = sum_o (T[o, i, a] J[o, b] + J[o, a] T[o, i, b]) / noise_sd^2 with
+            T[o, i, a] = d^2 u_obs[o] / dtheta_i dtheta_a.
+
+        Raises
+        ------
+        FloatingPointError
+            Where kappa overflows or the matrix is not positive definite.
+        """
+        ok, G, dG = self._ctarget.eval_gauss_newton(self._check(q), derivatives=True)
+        if not ok:
+            raise FloatingPointError("kappa overflows or the stiffness matrix is not positive "
+                                     "definite at this q")
+        return G, dG
 
     def __reduce__(self):
         return (_rebuild, (self.solver, self.basis, self.observations, self.observation_points,
