@@ -196,3 +196,20 @@ def test_callable_metric_bad_output():
         nan.metric(np.zeros(2))
     with pytest.raises(TypeError):
         CallableMetric(2, None, None)
+
+
+@pytest.mark.parametrize("element", ["P1", "Q1"])
+@pytest.mark.parametrize("softabs", [0.0, 0.5])
+def test_gauss_newton_metric(element, softabs):
+    import rnshmc
+    from rnshmc._kernels._riemann import GaussNewtonMetric
+    from rnshmc.targets import as_ctarget
+    model = rnshmc.models.EllipticPDE(n=8, element=element, n_modes=4, rng=0)
+    metric = GaussNewtonMetric(as_ctarget(model, 4), softabs=softabs)
+    q = np.array([0.3, -0.2, 0.1, 0.4])
+    G = model.gauss_newton_metric(q)
+    np.testing.assert_allclose(metric.raw_metric(q), G, rtol=1e-10)
+    np.testing.assert_allclose(metric.metric(q), effective_metric(G, softabs, False), rtol=1e-9)
+    check_derivative_terms(metric, q, np.array([0.5, -1.0, 0.2, 0.8]), rtol=1e-5)
+    with pytest.raises(FloatingPointError, match="not defined"):
+        metric.metric(np.full(4, 1e3))

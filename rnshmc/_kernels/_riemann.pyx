@@ -36,6 +36,7 @@ import numpy as np
 
 from ._blas cimport (RowMajor, Lower, Upper, NoTrans, Trans, Left, Right, _dot, _axpy, _scal,
                      _gemv, _gemm, _symv, _syrk, _trmv, _trsv, _trsm)
+from ._fem cimport EllipticPDETarget
 from ._lapack cimport _potrf, _syev
 from ._random cimport bitgen_t, get_bitgen, random_standard_normal_fill
 
@@ -649,3 +650,30 @@ cdef class CallableMetric(TensorMetric):
         cdef double[:, :, ::1] dv = np.ascontiguousarray(0.5 * (deriv + deriv.transpose(0, 2, 1)))
         memcpy(dG, &dv[0, 0, 0], d * d * d * sizeof(double))
         return 0
+
+
+cdef class GaussNewtonMetric(TensorMetric):
+    """The Gauss-Newton (Fisher) metric of the elliptic PDE model, J^T J / noise_sd^2 +
+    I / prior_sd^2 with its derivatives from second-order sensitivities, all solves on one
+    banded factorisation (``EllipticPDETarget.gauss_newton``).
+
+    Parameters
+    ----------
+    model : EllipticPDETarget
+        The C target of an ``rnshmc.models.EllipticPDE`` (shared; the work buffer is this
+        object's).
+    softabs : float
+    """
+    cdef EllipticPDETarget model
+    cdef object _work
+    cdef double* work
+
+    def __init__(self, EllipticPDETarget model, double softabs=0.0):
+        super().__init__(model.dim, softabs, "the Gauss-Newton metric")
+        self.model = model
+        self._work = np.zeros(max(model.metric_work_size, 1))
+        cdef double[::1] w = self._work
+        self.work = &w[0]
+
+    cdef int compute_derivatives(self, const double* q, double* G, double* dG) except -1 nogil:
+        return self.model.gauss_newton(q, G, dG, self.work)

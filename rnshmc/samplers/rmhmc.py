@@ -6,11 +6,11 @@ import warnings
 import numpy as np
 
 from .._kernels._integrators import GeneralizedLeapfrog
-from .._kernels._riemann import CallableMetric, LinearPredictorMetric
+from .._kernels._riemann import CallableMetric, GaussNewtonMetric, LinearPredictorMetric
 from .._kernels._transition import Chain
 from ..adaptation import initial_step_size
 from ..surrogate import RandomNetworkSurrogate
-from ..targets import target_dim
+from ..targets import as_ctarget, target_dim
 from ..validation import check_integer, check_per_chain_real, check_real
 from .driver import ChainSampler, Phase, user_stacklevel
 from .rns import RNSHMC
@@ -153,7 +153,7 @@ class RMHMC(ChainSampler):
                 raise ValueError("metric='gauss_newton' is the Gauss-Newton metric of "
                                  "rnshmc.models.EllipticPDE; for another target give the metric "
                                  "as callables")
-            return target.gauss_newton_metric_object(softabs=self.softabs)
+            return GaussNewtonMetric(as_ctarget(target, target.dim), softabs=self.softabs)
         raise ValueError(f"metric must be 'fisher', 'gauss_newton' or a callable, got {metric!r}")
 
     def new_chain(self, dynamics, state, test=None, delayed_acceptance=False):
