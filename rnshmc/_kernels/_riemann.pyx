@@ -47,7 +47,7 @@ cdef extern from "_activations.h":
 from ._surrogate import ACTIVATIONS
 
 # rows of A per block of the passes over A (the block's scratch stays in cache)
-DEF BLOCK_ROWS = 128
+DEF BLOCK_ROWS = 256
 # kinds of LinearPredictorMetric curvature
 DEF LOGISTIC = -1
 
