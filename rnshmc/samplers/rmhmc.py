@@ -39,7 +39,7 @@ def riemannian_stats(result, states, phase="sampling"):
     """Add the implicit solver's statistics of ``phase`` to a result: ``solver_iterations``
     (chains, draws): fixed-point iterations of each transition's trajectory;
     ``mean_solver_iterations`` per chain; ``n_implicit_failures`` per chain (unconverged
-    solves: rejected proposals); ``n_metric_evals`` per chain (metric factorisations)."""
+    solves: rejected proposals)."""
     records = np.stack([s.outputs[phase]["records"] for s in states])
     result["solver_iterations"] = records["solver_iterations"].copy()
     result["implicit_failed"] = records["solver_failed"].astype(bool)
