@@ -21,6 +21,10 @@ cdef class RiemannianMetric(Metric):
     cdef double* lapack_work
     cdef int lwork
     cdef double hld
+    # G is factorised at q_at / its derivative terms are current there (so the chain's state,
+    # already factorised at the end of an accepted trajectory, is not factorised again)
+    cdef bint factor_current
+    cdef bint derivatives_current
     cdef readonly long long n_updates
     cdef readonly long long n_derivative_updates
 

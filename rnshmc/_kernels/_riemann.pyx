@@ -30,7 +30,7 @@ Two families:
   Gauss-Newton metric computed in C): O(d^3) per position, O(d^3) per nu.
 """
 from libc.math cimport exp, log, sqrt, fabs, tanh, sinh, isfinite
-from libc.string cimport memcpy, memset
+from libc.string cimport memcmp, memcpy, memset
 
 import numpy as np
 
@@ -125,14 +125,21 @@ cdef class RiemannianMetric(Metric):
 
     cdef int update(self, const double* q, double* scratch) except -1 nogil:
         cdef Py_ssize_t i
+        cdef int status
         for i in range(self.dim):
             if not isfinite(q[i]):
                 return 1
+        if self.factor_current and memcmp(q, self.q_at, self.dim * sizeof(double)) == 0:
+            return 0
         memcpy(self.q_at, q, self.dim * sizeof(double))
+        self.derivatives_current = False
+        self.factor_current = False
         self.n_updates += 1
         if self.compute(q, self.G) != 0:
             return 1
-        return self.factorize()
+        status = self.factorize()
+        self.factor_current = status == 0
+        return status
 
     cdef int factorize(self) except -1 nogil:
         cdef Py_ssize_t i, j, d = self.dim
@@ -485,6 +492,9 @@ cdef class LinearPredictorMetric(RiemannianMetric):
     cdef int update_derivatives(self) except -1 nogil:
         cdef Py_ssize_t k
         cdef int n = <int> self.dim
+        if self.derivatives_current:
+            return 0
+        self.derivatives_current = True
         self.n_derivative_updates += 1
         if self.diagonal:
             # d g_k / dq_i = sum_j kappa'_j A_ji A_jk^2: grad = 1/2 A^T (kappa' o A2 (f'/f))
@@ -557,6 +567,8 @@ cdef class TensorMetric(RiemannianMetric):
     cdef int update_derivatives(self) except -1 nogil:
         cdef Py_ssize_t i, k, d = self.dim
         cdef int n = <int> d
+        if self.derivatives_current:
+            return 0
         self.n_derivative_updates += 1
         if self.compute_derivatives(self.q_at, self.Gtmp, self.dG) != 0:
             with gil:
@@ -571,6 +583,7 @@ cdef class TensorMetric(RiemannianMetric):
             _trsm(RowMajor, Left, Lower, Trans, n, n, 1.0, self.factor, n, self.Ginv, n)
             for i in range(d):
                 self.grad_hld[i] = 0.5 * _dot(n * n, self.Ginv, 1, &self.dG[i * d * d], 1)
+            self.derivatives_current = True
             return 0
         # M_i = E dG_i E^T (E: eigenvectors as rows); grad_i = 1/2 sum_k f'/f (M_i)_kk
         for i in range(d):
@@ -581,6 +594,7 @@ cdef class TensorMetric(RiemannianMetric):
             self.grad_hld[i] = 0.0
             for k in range(d):
                 self.grad_hld[i] += 0.5 * self.fprime[k] / self.fval[k] * self.M[i * d * d + k * d + k]
+        self.derivatives_current = True
         return 0
 
     cdef int nu(self, const double* v, double* out) except -1 nogil:
