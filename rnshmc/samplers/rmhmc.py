@@ -12,7 +12,8 @@ from ..adaptation import initial_step_size
 from ..surrogate import RandomNetworkSurrogate
 from ..targets import as_ctarget, target_dim
 from ..validation import check_integer, check_per_chain_real, check_real
-from .driver import ChainSampler, Phase, user_stacklevel
+from .driver import Phase, user_stacklevel
+from .hmc import HMC
 from .rns import RNSHMC
 
 __all__ = ["RMHMC", "RNSRMHMC"]
@@ -59,7 +60,7 @@ def riemannian_stats(result, states, phase="sampling"):
     return result
 
 
-class RMHMC(ChainSampler):
+class RMHMC(HMC):
     """Riemannian-manifold HMC: momenta p ~ N(0, G(q)) and the generalized leapfrog.
 
     H(q, p) = U(q) + 1/2 log det G(q) + 1/2 p^T G(q)^{-1} p; each step solves two implicit
@@ -119,6 +120,7 @@ class RMHMC(ChainSampler):
     def __init__(self, target, metric="fisher", metric_derivatives=None, step_size=None,
                  n_steps=6, jitter=False, softabs=None, fixed_point_tol=1e-9,
                  max_fixed_point_iterations=50, target_accept=0.8, max_energy_error=1000.0):
+        # HMC's plan (warm-up, sampling) with a Riemannian chain and no mass matrix
         super().__init__(target, step_size=step_size, n_steps=n_steps, jitter=jitter,
                          adapt_mass_matrix=False, target_accept=target_accept,
                          max_energy_error=max_energy_error)
@@ -162,17 +164,6 @@ class RMHMC(ChainSampler):
                                          self.max_fixed_point_iterations),
                      max_energy_error=self.max_energy_error,
                      delayed_acceptance=delayed_acceptance)
-
-    def plan(self, draws, tune):
-        return [["warmup", tune], ["sampling", draws]]
-
-    def phase_spec(self, name):
-        return self.PHASES[name]
-
-    def begin_phase(self, name, chain, state, generator):
-        super().begin_phase(name, chain, state, generator)
-        if name == "warmup":
-            self.start_adaptation(chain, state, generator)
 
     def sample(self, draws=1000, tune=1000, chains=1, rng=None, init=None, progress=True,
                pool=None):
