@@ -1,26 +1,53 @@
-"""Table 1 of the RNS-HMC paper, elliptic PDE row: HMC against RNS-HMC with the papers' protocol.
+"""Table 1 of the RNS-HMC paper, elliptic PDE rows: HMC, RMHMC, RNS-HMC and RNS-RMHMC with the
+papers' protocol.
 
 The authors' problem (their mesh, KL basis, observations; ``ePDE.mat`` from the papers' data,
 found through $RNSHMC_SHARED_DATA or ../shared/data beside the repository, or given with
---data) or, without it, the synthetic 30x30 Q1 problem. The papers' settings: eps = 0.16,
-L = 10 jittered, s = 1000 hidden units, ridge 1e-7; 5000 warm-up iterations (for RNS-HMC exact
-HMC whose last 4000 states train the surrogate), then 5000 draws. Rows: the efficient HMC
-baseline (the same kernels, gradient cached), RNS-HMC with the papers' surrogate (raw inputs,
-values only), with rnshmc's (whitened, values and gradients), with delayed acceptance, and with
-a trajectory length of its own choosing.
+--data) or, without it, the synthetic 30x30 Q1 problem. The papers' settings: HMC and RNS-HMC
+eps = 0.16, L = 10 jittered; RMHMC (Gauss-Newton metric J^T J / sigma_y^2 + I / sigma_theta^2)
+and RNS-RMHMC (the diagonal of the surrogate's Hessian) eps = 0.8, L = 3 fixed, fixed-point
+solves to 1e-9 (at most 50 iterations); s = 1000 hidden units, ridge 1e-7; 5000 warm-up
+iterations (for the RNS samplers exact HMC with the HMC settings, whose last 4000 states train
+the surrogate), then 5000 draws.
+
+Rows: the efficient HMC baseline (the same kernels, gradient cached); RMHMC; RNS-HMC with the
+papers' surrogate (raw inputs, values only), with rnshmc's (whitened, values and gradients),
+with delayed acceptance, and with a trajectory length of its own choosing; RNS-RMHMC with the
+papers' surrogate and with rnshmc's (no safeguard for a Hessian diagonal that is not positive at
+the exploration's last state, as in the papers: the row then fails, printed as FAILED;
+--softabs ALPHA applies SoftAbs instead). The RMHMC rows add the proposals rejected for a failed implicit solve
+("implicit fails") and the fixed-point iterations per generalized-leapfrog step ("FP it/step").
+"PDE solves / min ESS" counts forward and adjoint solves of the potential and its gradient
+only: RMHMC's metric evaluations (a forward and d = 20 sensitivity solves each, several per
+step) are not in it, so it understates RMHMC's solves; its s/iter includes them.
+RMHMC starts at q = 0 like the other rows (the papers' protocol); --rmhmc-init mode starts it
+at the posterior mode (Gauss-Newton with a line search), as the logistic-regression example
+must (there RMHMC at the papers' step sizes never leaves q = 0).
+
+Run time on the authors' problem (2 cores): the HMC and RNS rows take about a minute each;
+an RMHMC iteration ~0.06 s (each fixed-point iteration of the position update recomputes the
+Gauss-Newton metric from d = 20 sensitivity solves; ~20 fixed-point iterations per step), so
+its row of the full protocol takes ~10 minutes and the whole table ~20 minutes per seed.
+--rmhmc-draws and --rmhmc-tune shorten the RMHMC row alone (min(ESS)/s is a rate; a "draws"
+column then shows each row's length), --methods picks rows.
 
     python examples/elliptic_pde.py [--data path/to/ePDE.mat] [--seeds 0 1 2]
+    python examples/elliptic_pde.py --methods hmc rmhmc rns-rmhmc --rmhmc-draws 1000
 """
 import argparse
 import os
+import time
 from pathlib import Path
 
 import numpy as np
 
 import rnshmc
-from rnshmc.experiments import compare, format_table
+from rnshmc.experiments import compare, find_mode, format_table
 
-SETTINGS = dict(step_size=0.16, n_steps=10, n_hidden=1000, ridge=1e-7)
+SETTINGS = dict(step_size=0.16, n_steps=10, n_hidden=1000, ridge=1e-7,
+                rm_step_size=0.8, rm_n_steps=3)
+
+METHODS = ("hmc", "rmhmc", "rns-hmc", "rns-rmhmc")
 
 
 def authors_problem_path():
@@ -31,20 +58,98 @@ def authors_problem_path():
     return path if path.is_file() else None
 
 
-def samplers_for(model, extra_rows=True):
+def load(path=None):
+    """(model, description): the authors' problem at ``path`` (default: the papers' data if
+    present), else the synthetic Q1 30x30 problem."""
+    path = path or authors_problem_path()
+    if path:
+        return rnshmc.models.EllipticPDE.from_mat(path), f"the authors' problem ({path})"
+    return rnshmc.models.EllipticPDE(n=30, element="Q1", rng=0), "synthetic Q1 30x30"
+
+
+def samplers_for(model, extra_rows=True, methods=("hmc", "rns-hmc"), softabs=None):
+    """{row name: sampler} with the papers' settings for the chosen ``methods`` (of METHODS;
+    the default, HMC and RNS-HMC, is what benchmarks/bench_pde.py compares). ``softabs``:
+    RNS-RMHMC's SoftAbs sharpness (None: the surrogate's Hessian diagonal as it is)."""
     eps, L, s, ridge = (SETTINGS[k] for k in ("step_size", "n_steps", "n_hidden", "ridge"))
+    rm = dict(step_size=SETTINGS["rm_step_size"], n_steps=SETTINGS["rm_n_steps"], jitter=False)
     common = dict(n_hidden=s, ridge=ridge, step_size=eps, n_steps=L)
-    samplers = {
-        "HMC": rnshmc.HMC(model, step_size=eps, n_steps=L),
-        "RNS-HMC (papers)": rnshmc.RNSHMC(model, whiten=False, gradient_weight=0.0, **common),
-        "RNS-HMC (rnshmc)": rnshmc.RNSHMC(model, **common),
-    }
-    if extra_rows:
-        samplers["RNS-HMC (rnshmc, DA)"] = rnshmc.RNSHMC(model, delayed_acceptance=True,
-                                                         **common)
-        samplers["RNS-HMC (rnshmc, auto L)"] = rnshmc.RNSHMC(model, surrogate_n_steps="auto",
+    samplers = {}
+    if "hmc" in methods:
+        samplers["HMC"] = rnshmc.HMC(model, step_size=eps, n_steps=L)
+    if "rmhmc" in methods:
+        samplers["RMHMC"] = rnshmc.RMHMC(model, metric="gauss_newton", **rm)
+    if "rns-hmc" in methods:
+        samplers["RNS-HMC (papers)"] = rnshmc.RNSHMC(model, whiten=False, gradient_weight=0.0,
+                                                     **common)
+        samplers["RNS-HMC (rnshmc)"] = rnshmc.RNSHMC(model, **common)
+        if extra_rows:
+            samplers["RNS-HMC (rnshmc, DA)"] = rnshmc.RNSHMC(model, delayed_acceptance=True,
                                                              **common)
+            samplers["RNS-HMC (rnshmc, auto L)"] = rnshmc.RNSHMC(
+                model, surrogate_n_steps="auto", **common)
+    if "rns-rmhmc" in methods:
+        rns_rm = dict(metric="diagonal", n_hidden=s, ridge=ridge, explore_step_size=eps,
+                      explore_n_steps=L, explore_jitter=True, softabs=softabs, **rm)
+        samplers["RNS-RMHMC (papers)"] = rnshmc.RNSRMHMC(model, whiten=False,
+                                                         gradient_weight=0.0, **rns_rm)
+        samplers["RNS-RMHMC (rnshmc)"] = rnshmc.RNSRMHMC(model, **rns_rm)
     return samplers
+
+
+def rmhmc_run_settings(model, samplers, args, out=print):
+    """compare()'s per-row overrides of the RMHMC row: its own lengths and starting point."""
+    if "RMHMC" not in samplers:
+        return {}
+    settings = {}
+    if args.rmhmc_draws is not None:
+        settings["draws"] = args.rmhmc_draws
+    if args.rmhmc_tune is not None:
+        settings["tune"] = args.rmhmc_tune
+    if args.rmhmc_init == "mode":
+        start = time.perf_counter()
+        mode, info = find_mode(model, model.gauss_newton_metric)
+        out(f"  RMHMC starts at the posterior mode: Gauss-Newton, {info['iterations']} "
+            f"iterations, {time.perf_counter() - start:.2f} s, U = {info['potential']:.2f}"
+            f"{'' if info['converged'] else ' (NOT converged)'}")
+        settings["init"] = mode
+    return {"RMHMC": settings}
+
+
+def add_rmhmc_arguments(parser):
+    """--methods and the RMHMC rows' options (shared with benchmarks/bench_rmhmc.py)."""
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), type=str.lower,
+                        choices=METHODS, help="rows to run (default all; the first one is "
+                        "the reference of the speed-ups)")
+    parser.add_argument("--rmhmc-draws", type=int, default=None,
+                        help="draws of the RMHMC row (default --draws)")
+    parser.add_argument("--rmhmc-tune", type=int, default=None,
+                        help="burn-in of the RMHMC row (default --tune)")
+    parser.add_argument("--rmhmc-init", choices=("mode", "zero"), default="zero",
+                        help="RMHMC's starting point: q = 0 like the other rows (default) or "
+                        "the posterior mode")
+    parser.add_argument("--softabs", type=float, default=None,
+                        help="SoftAbs sharpness of RNS-RMHMC's surrogate metric (default none, "
+                        "as in the papers: the run fails where it is not positive definite)")
+
+
+def print_details(rows, results, out=print):
+    for row in rows:
+        if "error" in row:
+            out(f"  {row['method']} failed: {row['error']}")
+        else:
+            out(f"  {row['method']}: min ESS per 1000 PDE solves "
+                f"{1000 / row['exact_evals_per_min_ess']:.0f}")
+    for label, res in results.items():
+        if "n_implicit_failures" in res:
+            iterations = res.solver_iterations[0]
+            out(f"  {label}: fixed-point iterations per trajectory median "
+                f"{np.median(iterations):.0f}, max {iterations.max()}; "
+                f"{int(res.n_implicit_failures.sum())} implicit failures, "
+                f"{int(res.diverging.sum())} divergences in {res.samples.shape[1]} draws")
+    auto = results.get("RNS-HMC (rnshmc, auto L)")
+    if auto is not None:
+        out(f"  auto L chose {auto.surrogate_n_steps[0]} steps")
 
 
 def main(argv=None):
@@ -53,25 +158,22 @@ def main(argv=None):
     parser.add_argument("--draws", type=int, default=5000)
     parser.add_argument("--tune", type=int, default=5000)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
+    add_rmhmc_arguments(parser)
     args = parser.parse_args(argv)
-    path = args.data or authors_problem_path()
-    if path:
-        model, problem = rnshmc.models.EllipticPDE.from_mat(path), f"the authors' problem ({path})"
-    else:
-        model, problem = rnshmc.models.EllipticPDE(n=30, element="Q1", rng=0), "synthetic Q1 30x30"
+    methods = [m for m in METHODS if m in args.methods]
+    model, problem = load(args.data)
     for seed in args.seeds:
-        rows, results = compare(samplers_for(model), args.draws, args.tune, rng=seed,
-                                init=np.zeros(model.dim))
-        print(format_table(rows, evals_label="PDE solves / min ESS", title=(
-            f"\nelliptic PDE, {problem}, seed {seed}: eps={SETTINGS['step_size']}, "
-            f"L={SETTINGS['n_steps']} jittered, s={SETTINGS['n_hidden']}, "
-            f"ridge={SETTINGS['ridge']:g}; {args.tune} warm-up + {args.draws} draws")))
-        for row in rows:
-            print(f"  {row['method']}: min ESS per 1000 PDE solves "
-                  f"{1000 / row['exact_evals_per_min_ess']:.0f}")
-        auto = results.get("RNS-HMC (rnshmc, auto L)")
-        if auto is not None:
-            print(f"  auto L chose {auto.surrogate_n_steps[0]} steps")
+        samplers = samplers_for(model, methods=methods, softabs=args.softabs)
+        print(f"\nelliptic PDE, {problem}, seed {seed}: HMC/RNS-HMC eps={SETTINGS['step_size']}, "
+              f"L={SETTINGS['n_steps']} jittered; RMHMC/RNS-RMHMC eps={SETTINGS['rm_step_size']}, "
+              f"L={SETTINGS['rm_n_steps']} fixed; s={SETTINGS['n_hidden']}, "
+              f"ridge={SETTINGS['ridge']:g}; {args.tune} warm-up + {args.draws} draws")
+        rows, results = compare(samplers, args.draws, args.tune, rng=seed,
+                                init=np.zeros(model.dim),
+                                settings=rmhmc_run_settings(model, samplers, args),
+                                on_error="report")
+        print(format_table(rows, evals_label="PDE solves / min ESS"))
+        print_details(rows, results)
 
 
 if __name__ == "__main__":
