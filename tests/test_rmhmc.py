@@ -54,8 +54,9 @@ def funnel_statistics(samples):
     return functions, truth
 
 
-def riemannian_chain(target, metric, dim, tol=1e-13, max_iterations=100):
-    return Chain(as_ctarget(target, dim), None, metric, GeneralizedLeapfrog(dim, tol, max_iterations))
+def riemannian_chain(target, metric, dim, tol=1e-13, max_iterations=100, newton=False):
+    return Chain(as_ctarget(target, dim), None, metric,
+                 GeneralizedLeapfrog(dim, tol, max_iterations, newton))
 
 
 def small_logistic(seed=0, n=300, dim=3):
@@ -91,23 +92,25 @@ def fitted_surrogate(dim=3, seed=0):
     return surrogate
 
 
-def integrator_cases():
-    """(name, chain factory, q, p) covering each metric family."""
+def integrator_cases(newton=False):
+    """(name, chain factory, q, p) covering each metric family; ``newton``: the integrator's
+    Newton iterations."""
     model = small_logistic()
     gaussian = Target(None, logp_and_grad=lambda q: (-0.5 * q @ q, -q), dim=3)
     surrogate = fitted_surrogate()
     return {
         "fisher": (lambda: riemannian_chain(model, LinearPredictorMetric(
-            model.X, "logistic", prior_precision=0.1), 3), np.array([0.5, -0.3, 0.2])),
-        "callable": (lambda: riemannian_chain(gaussian, banana_metric(), 3),
+            model.X, "logistic", prior_precision=0.1), 3, newton=newton), np.array([0.5, -0.3, 0.2])),
+        "callable": (lambda: riemannian_chain(gaussian, banana_metric(), 3, newton=newton),
                      np.array([0.4, -0.7, 0.1])),
         "funnel_softabs": (lambda: riemannian_chain(funnel_target(), CallableMetric(
-            2, funnel_hessian, funnel_hessian_derivatives, softabs=1.0), 2),
+            2, funnel_hessian, funnel_hessian_derivatives, softabs=1.0), 2, newton=newton),
             np.array([1.2, -0.4])),
         "surrogate_softabs": (lambda: riemannian_chain(
-            surrogate, surrogate.hessian_metric(softabs=2.0), 3), np.array([0.3, 0.2, -0.5])),
+            surrogate, surrogate.hessian_metric(softabs=2.0), 3, newton=newton),
+            np.array([0.3, 0.2, -0.5])),
         "surrogate_diagonal": (lambda: riemannian_chain(
-            surrogate, surrogate.hessian_metric(diagonal=True, softabs=2.0), 3),
+            surrogate, surrogate.hessian_metric(diagonal=True, softabs=2.0), 3, newton=newton),
             np.array([0.3, 0.2, -0.5])),
     }
 
@@ -129,9 +132,10 @@ def test_funnel_derivatives_are_those_of_its_hessian():
         assert abs((U(q + e) - U(q - e)) / (2 * h) - grad[i]) < 1e-8
 
 
+@pytest.mark.parametrize("newton", [False, True])
 @pytest.mark.parametrize("case", CASES)
-def test_generalized_leapfrog_is_reversible(case):
-    make, q = integrator_cases()[case]
+def test_generalized_leapfrog_is_reversible(case, newton):
+    make, q = integrator_cases(newton)[case]
     chain = make()
     rng = np.random.default_rng(1)
     p = rng.standard_normal(q.size)
@@ -142,10 +146,11 @@ def test_generalized_leapfrog_is_reversible(case):
     np.testing.assert_allclose(-p2, p, rtol=0, atol=1e-10)
 
 
+@pytest.mark.parametrize("newton", [False, True])
 @pytest.mark.parametrize("case", CASES)
-def test_generalized_leapfrog_preserves_volume(case):
+def test_generalized_leapfrog_preserves_volume(case, newton):
     """|det d(q', p')/d(q, p)| = 1 by central finite differences of the map."""
-    make, q = integrator_cases()[case]
+    make, q = integrator_cases(newton)[case]
     chain = make()
     p = np.random.default_rng(2).standard_normal(q.size)
     d = q.size
@@ -165,6 +170,32 @@ def test_generalized_leapfrog_preserves_volume(case):
     # and it is symplectic: J^T Omega J = Omega
     omega = np.block([[np.zeros((d, d)), np.eye(d)], [-np.eye(d), np.zeros((d, d))]])
     np.testing.assert_allclose(J.T @ omega @ J, omega, atol=1e-6)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_newton_and_fixed_point_solve_the_same_equations(case):
+    """Newton iterations are another solver of the same implicit equations: the same map."""
+    (make_fp, q), (make_newton, _) = integrator_cases()[case], integrator_cases(True)[case]
+    p = np.random.default_rng(4).standard_normal(q.size)
+    for fp, newton in zip(make_fp().integrate(q, p, 0.2, 4), make_newton().integrate(q, p, 0.2, 4)):
+        np.testing.assert_allclose(newton, fp, rtol=1e-10, atol=1e-10)
+
+
+def test_newton_takes_fewer_iterations_and_stays_exact(check_mean, check_covariance):
+    """Newton converges quadratically: fewer iterations per step than fixed-point iteration at
+    the same tolerance, and the chain targets the same posterior."""
+    X, y, _ = rnshmc.datasets.simulated_logistic(n=150, dim=2, rng=7)
+    model = rnshmc.models.LogisticRegression(X, y, prior_variance=4.0)
+    mean, cov = logistic_posterior_moments(model)
+    iterations = {}
+    for newton in (False, True):
+        res = RMHMC(model, metric="fisher", step_size=0.7, n_steps=3, jitter=True,
+                    newton=newton).sample(1500, tune=100, chains=2, rng=11, progress=False)
+        iterations[newton] = res.mean_solver_iterations.mean()
+        assert res.n_implicit_failures.sum() == 0
+        check_mean(res.samples, mean)
+        check_covariance(res.samples, mean, cov)
+    assert iterations[True] < 0.8 * iterations[False], iterations
 
 
 def test_constant_metric_is_the_leapfrog():

@@ -33,12 +33,22 @@ cdef class GeneralizedLeapfrog(Integrator):
     cdef readonly Py_ssize_t dim
     cdef readonly double tol                # < 0: a fixed number of iterations, unchecked
     cdef readonly Py_ssize_t max_iterations
+    cdef readonly bint newton               # Newton iterations instead of fixed-point ones
     cdef object _arrays
+    cdef object _newton_arrays
+    cdef double* jac                        # d*d: the Newton system, then its LU factors
+    cdef double* dv                         # d*d: row k is G^{-1} dG/dq_k v
+    cdef double* probe
+    cdef double* nu_minus
+    cdef int* pivots
     cdef double* p0
     cdef double* q0
     cdef double* v0
     cdef double* nu
     cdef double* x
+    cdef int velocity_derivatives(self, RiemannianMetric g, const double* v) except -1 nogil
+    cdef int newton_step(self, RiemannianMetric g, double* x, const double* v, double sign,
+                         double half) except -1 nogil
     cdef void metric_failed(self, int status, TrajectoryInfo* info) noexcept nogil
     cdef int momentum_update(self, RiemannianMetric g, const double* start, double* p,
                              const double* grad, double* v, double half) except -1 nogil

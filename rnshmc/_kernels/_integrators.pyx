@@ -10,7 +10,8 @@ from libc.string cimport memcpy
 
 import numpy as np
 
-from ._blas cimport _axpy, _dot
+from ._blas cimport _axpy, _dot, RowMajor
+from ._lapack cimport _gesv
 
 
 cdef class Integrator:
@@ -86,7 +87,14 @@ cdef class GeneralizedLeapfrog(Integrator):
     guess q + eps G(q)^{-1} p', until the change of an iterate is at most
     ``tol * (1 + |iterate|)`` (Euclidean norms), at most ``max_iterations`` times; an
     unconverged solve ends the trajectory with ``converged = False`` (the chain rejects it and
-    counts it: the map would not be reversible). With ``tol`` None (stored as -1) every solve
+    counts it: the map would not be reversible). With ``newton`` the iterations are Newton's
+    on the same equations (same stopping rule on the same residual, so the same map to the
+    tolerance): quadratic convergence near the solution for a costlier iteration, and no line
+    search (far from the solution, at large steps, it can fail where fixed-point iteration
+    does not; either failure is a counted rejection). The
+    Jacobians need d/dq_k [G^{-1} p] = -G^{-1} (dG/dq_k) v, got exactly from the metric's nu
+    by polarisation (nu is a quadratic form in v): 2d nu evaluations and d solves with the
+    factor per Newton iteration, plus the metric's derivative terms at each position iterate. With ``tol`` None (stored as -1) every solve
     runs exactly ``max_iterations`` iterations unchecked, as the papers' code did: then the
     map is reversible and volume preserving only up to the iterations' error.
 
@@ -100,9 +108,11 @@ cdef class GeneralizedLeapfrog(Integrator):
         Default 1e-9.
     max_iterations : int
         Default 50.
+    newton : bool
+        Newton iterations instead of fixed-point ones (default False).
     """
 
-    def __init__(self, Py_ssize_t dim, tol=1e-9, Py_ssize_t max_iterations=50):
+    def __init__(self, Py_ssize_t dim, tol=1e-9, Py_ssize_t max_iterations=50, bint newton=False):
         if dim < 1 or max_iterations < 1:
             raise ValueError("need dim >= 1 and max_iterations >= 1")
         if tol is not None and not (tol > 0 and np.isfinite(tol)):
@@ -114,6 +124,57 @@ cdef class GeneralizedLeapfrog(Integrator):
         self._arrays = np.zeros((5, dim))
         cdef double[:, ::1] a = self._arrays
         self.p0, self.q0, self.v0, self.nu, self.x = &a[0, 0], &a[1, 0], &a[2, 0], &a[3, 0], &a[4, 0]
+        self.newton = newton
+        cdef double[:, :, ::1] squares
+        cdef double[:, ::1] vectors
+        cdef int[::1] pivots
+        if newton:
+            self._newton_arrays = (np.zeros((2, dim, dim)), np.zeros((2, dim)),
+                                   np.zeros(dim, dtype=np.intc))
+            squares, vectors, pivots = self._newton_arrays
+            self.jac, self.dv = &squares[0, 0, 0], &squares[1, 0, 0]
+            self.probe, self.nu_minus, self.pivots = &vectors[0, 0], &vectors[1, 0], &pivots[0]
+
+    cdef int velocity_derivatives(self, RiemannianMetric g, const double* v) except -1 nogil:
+        """Row k of dv = G^{-1} (dG/dq_k) v at the metric's point (derivatives current).
+
+        nu_k(w) = w^T dG_k w is a quadratic form, so nu_k(v + s e_j) - nu_k(v - s e_j) =
+        4 s (dG_k v)_j exactly (polarisation); s ~ |v| keeps the two terms' rounding relative.
+        """
+        cdef Py_ssize_t j, k, d = self.dim
+        cdef double s = max(1.0, sqrt(_dot(<int> d, v, 1, v, 1)))
+        memcpy(self.probe, v, d * sizeof(double))
+        for j in range(d):
+            self.probe[j] = v[j] + s
+            g.nu(self.probe, self.nu)
+            self.probe[j] = v[j] - s
+            g.nu(self.probe, self.nu_minus)
+            self.probe[j] = v[j]
+            for k in range(d):
+                self.jac[k * d + j] = (self.nu[k] - self.nu_minus[k]) / (4.0 * s)
+        for k in range(d):  # dG_k v is row k of jac; G^{-1} of it is row k of dv
+            g.velocity(&self.jac[k * d], &self.dv[k * d])
+        return 0
+
+    cdef int newton_step(self, RiemannianMetric g, double* x, const double* v, double sign,
+                         double half) except -1 nogil:
+        """One Newton step on F(x) = x - map(x), where self.x holds map(x) and v = G^{-1} p:
+        the momentum equation (sign -1: dF/dp = I - half dv) or the position one (sign +1,
+        the metric's derivatives current at x: dF/dq = I + half dv^T). Returns 1 (x unchanged)
+        if the Jacobian is singular."""
+        cdef Py_ssize_t j, k, d = self.dim
+        self.velocity_derivatives(g, v)
+        for k in range(d):
+            for j in range(d):
+                self.jac[k * d + j] = sign * half * (self.dv[k * d + j] if sign < 0.0
+                                                     else self.dv[j * d + k])
+            self.jac[k * d + k] += 1.0
+            self.probe[k] = x[k] - self.x[k]  # F
+        if _gesv(RowMajor, <int> d, self.jac, <int> d, self.pivots, self.probe) != 0:
+            return 1
+        for k in range(d):
+            x[k] -= self.probe[k]
+        return 0
 
     cdef void metric_failed(self, int status, TrajectoryInfo* info) noexcept nogil:
         # an undefined metric (status 1) is a divergence; an indefinite one (2) fails the step
@@ -168,14 +229,19 @@ cdef class GeneralizedLeapfrog(Integrator):
                 self.momentum_update(g, self.p0, p, grad, v, half)
                 change = distance(d, self.x, p)
                 size = sqrt(_dot(<int> d, self.x, 1, self.x, 1))
-                memcpy(p, self.x, bytes)
                 info.iterations += 1
                 if not isfinite(change + size):
                     info.diverged = True
                     return 0
                 if checked and change <= self.tol * (1.0 + size):
+                    memcpy(p, self.x, bytes)
                     converged = True
                     break
+                if not self.newton:
+                    memcpy(p, self.x, bytes)
+                elif self.newton_step(g, p, v, -1.0, half) != 0:
+                    info.converged = False
+                    return 0
             relative = change / (1.0 + size)
             info.residual = max(info.residual, relative)
             if checked and not converged:
@@ -197,14 +263,21 @@ cdef class GeneralizedLeapfrog(Integrator):
                     self.x[i] = self.q0[i] + half * (self.v0[i] + v[i])
                 change = distance(d, self.x, q)
                 size = sqrt(_dot(<int> d, self.x, 1, self.x, 1))
-                memcpy(q, self.x, bytes)
                 info.iterations += 1
                 if not isfinite(change + size):
                     info.diverged = True
                     return 0
                 if checked and change <= self.tol * (1.0 + size):
+                    memcpy(q, self.x, bytes)
                     converged = True
                     break
+                if not self.newton:
+                    memcpy(q, self.x, bytes)
+                else:
+                    g.update_derivatives()
+                    if self.newton_step(g, q, v, 1.0, half) != 0:
+                        info.converged = False
+                        return 0
             info.residual = max(info.residual, change / (1.0 + size))
             if checked and not converged:
                 info.converged = False

@@ -15,3 +15,5 @@ cdef int _potrf(BLAS_Order order, BLAS_Uplo uplo, int n, double* a, int lda) noe
 # ``a`` (the columns of a column-major one); ``work`` has lwork >= 3 n - 1 doubles
 cdef int _syev(BLAS_Order order, bint vectors, int n, double* a, int lda, double* w, double* work,
                int lwork) noexcept nogil
+# A general square A x = b by LU (partial pivoting): x overwrites b, the factors a
+cdef int _gesv(BLAS_Order order, int n, double* a, int lda, int* ipiv, double* b) noexcept nogil

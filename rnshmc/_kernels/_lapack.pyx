@@ -5,7 +5,7 @@ check each wrapper against SciPy.
 """
 import numpy as np
 
-from scipy.linalg.cython_lapack cimport dpbtrf, dpbtrs, dpotrf, dsyev
+from scipy.linalg.cython_lapack cimport dgetrf, dgetrs, dpbtrf, dpbtrs, dpotrf, dsyev
 
 from ._blas cimport RowMajor, ColMajor, Upper, Lower
 
@@ -54,6 +54,27 @@ cdef int _syev(BLAS_Order order, bint vectors, int n, double* a, int lda, double
     cdef int info = 0
     dsyev(&jobz, &uplo, &n, a, &lda, w, work, &lwork, &info)
     return info
+
+
+cdef int _gesv(BLAS_Order order, int n, double* a, int lda, int* ipiv, double* b) noexcept nogil:
+    """Solve A x = b for a general square A by LU with partial pivoting: x overwrites ``b``,
+    the LU factors ``a``. Returns 0, or k > 0 if U[k-1, k-1] is exactly zero (A singular)."""
+    cdef char trans = b'N'
+    cdef int info = 0, one = 1
+    if order == RowMajor:  # the row-major A is the column-major A^T: solve with its transpose
+        trans = b'T'
+    dgetrf(&n, &n, a, &lda, ipiv, &info)
+    if info != 0:
+        return info
+    dgetrs(&trans, &n, &one, a, &lda, ipiv, b, &n, &info)
+    return info
+
+
+cpdef int _gesv_memview(double[:, ::1] a, double[::1] b):
+    """Test twin: solve row-major ``a`` x = b in place in b."""
+    cdef int n = <int> a.shape[0]
+    cdef int[::1] ipiv = np.zeros(n, dtype=np.intc)
+    return _gesv(RowMajor, n, &a[0, 0], n, &ipiv[0], &b[0])
 
 
 cpdef int _potrf_memview(double[:, ::1] a):

@@ -99,6 +99,15 @@ class RMHMC(HMC):
         (the papers' code: 5), with a warning that the chain is then not exact.
     max_fixed_point_iterations : int
         Default 50.
+    newton : bool
+        Solve the implicit steps by Newton iterations instead of fixed-point ones (default
+        False): the same equations, tolerance and iteration cap, so the same exact chain.
+        Newton converges quadratically near the solution, so it takes fewer iterations
+        (about 6 instead of 9-10 per step on a 2-d logistic posterior), but each costs 2d
+        evaluations of the metric's nu term, a d x d solve and, in the position step, the
+        metric's derivatives; it has no line search, so at step sizes near the stability
+        limit it can fail more often than fixed-point iteration (each failure a counted
+        rejection).
     target_accept, max_energy_error
         As for :class:`~rnshmc.HMC`.
 
@@ -119,13 +128,15 @@ class RMHMC(HMC):
 
     def __init__(self, target, metric="fisher", metric_derivatives=None, step_size=None,
                  n_steps=6, jitter=False, softabs=None, fixed_point_tol=1e-9,
-                 max_fixed_point_iterations=50, target_accept=0.8, max_energy_error=1000.0):
+                 max_fixed_point_iterations=50, newton=False, target_accept=0.8,
+                 max_energy_error=1000.0):
         # HMC's plan (warm-up, sampling) with a Riemannian chain and no mass matrix
         super().__init__(target, step_size=step_size, n_steps=n_steps, jitter=jitter,
                          adapt_mass_matrix=False, target_accept=target_accept,
                          max_energy_error=max_energy_error)
         self.fixed_point_tol, self.max_fixed_point_iterations, self.softabs = \
             _check_solver_settings(fixed_point_tol, max_fixed_point_iterations, softabs)
+        self.newton = bool(newton)
         self.metric = metric
         self.metric_derivatives = metric_derivatives
         dim = target_dim(target) if hasattr(target, "dim") else None
@@ -161,7 +172,7 @@ class RMHMC(HMC):
     def new_chain(self, dynamics, state, test=None, delayed_acceptance=False):
         return Chain(dynamics, test, self._make_metric(state.dim),
                      GeneralizedLeapfrog(state.dim, self.fixed_point_tol,
-                                         self.max_fixed_point_iterations),
+                                         self.max_fixed_point_iterations, self.newton),
                      max_energy_error=self.max_energy_error,
                      delayed_acceptance=delayed_acceptance)
 
@@ -217,7 +228,7 @@ class RNSRMHMC(RNSHMC):
         Iterations of that adaptation (default 500).
     explore_step_size, explore_n_steps, explore_jitter
         The exploration's exact HMC (step size None: adapted, with the mass matrix).
-    fixed_point_tol, max_fixed_point_iterations
+    fixed_point_tol, max_fixed_point_iterations, newton
         As for :class:`RMHMC`.
     n_hidden, nodes, activation, ridge, weight_scale, whiten, gradient_weight, n_explore, \
 n_train, target_accept, max_energy_error, mass_matrix, inverse_mass_matrix, adapt_mass_matrix
@@ -230,7 +241,8 @@ n_train, target_accept, max_energy_error, mass_matrix, inverse_mass_matrix, adap
     def __init__(self, target, metric="hessian", softabs=None, n_hidden=1000, step_size=None,
                  n_steps=6, jitter=False, n_adapt=500, explore_step_size=None,
                  explore_n_steps=10, explore_jitter=True, fixed_point_tol=1e-9,
-                 max_fixed_point_iterations=50, nodes="additive", activation="softplus",
+                 max_fixed_point_iterations=50, newton=False, nodes="additive",
+                 activation="softplus",
                  ridge=1e-6, whiten=True, gradient_weight=1.0, weight_scale=None,
                  n_explore=None, n_train=None, mass_matrix=None, inverse_mass_matrix=None,
                  adapt_mass_matrix=None, target_accept=0.8, max_energy_error=1000.0):
@@ -250,6 +262,7 @@ n_train, target_accept, max_energy_error, mass_matrix, inverse_mass_matrix, adap
         self.metric = metric
         self.fixed_point_tol, self.max_fixed_point_iterations, self.softabs = \
             _check_solver_settings(fixed_point_tol, max_fixed_point_iterations, softabs)
+        self.newton = bool(newton)
         self.rm_step_size = None if step_size is None else check_per_chain_real(step_size, "step_size")
         self.rm_n_steps = check_integer(n_steps, "n_steps", minimum=1)
         self.rm_jitter = bool(jitter)
@@ -275,7 +288,7 @@ n_train, target_accept, max_energy_error, mass_matrix, inverse_mass_matrix, adap
         metric = surrogate.hessian_metric(diagonal=self.metric == "diagonal", softabs=self.softabs)
         return Chain(surrogate._ctarget, ctarget, metric,
                      GeneralizedLeapfrog(state.dim, self.fixed_point_tol,
-                                         self.max_fixed_point_iterations),
+                                         self.max_fixed_point_iterations, self.newton),
                      max_energy_error=self.max_energy_error)
 
     def adapts_step_size(self, state):
