@@ -124,8 +124,7 @@ def samplers_section(args):
         start = time.perf_counter()
         rows, results = compare(samplers, args.draws, args.tune, rng=args.seed,
                                 init=np.zeros(model.dim), settings=settings, on_error="report")
-        print(format_table(rows, evals_label="PDE solves / min ESS" if problem == "pde"
-                           else "exact evals / min ESS"))
+        print(format_table(rows, evals_label="exact evals / min ESS"))
         for row in rows:
             if "error" in row:
                 print(f"  {row['method']} FAILED: {row['error']}")

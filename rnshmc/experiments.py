@@ -16,8 +16,11 @@ def summarize(name, result):
     """One table row (a dict) for a SampleResult.
 
     ``exact_evals`` counts the target's evaluations in the sampling phase, a density and a
-    gradient each counting one (for a PDE model: forward and adjoint solves). ``draws`` is
-    the number of kept draws per chain.
+    gradient each counting one (for a PDE model: forward and adjoint solves), and, for RMHMC,
+    each evaluation of the model's metric and of its derivative terms one more (a lower bound
+    of their work: the Gauss-Newton metric of the PDE costs d + 1 solves on one factorisation,
+    its derivatives more; min(ESS)/s measures the whole cost). ``draws`` is the number of kept
+    draws per chain.
 
     For a result of the generalized leapfrog (RMHMC, RNS-RMHMC: it has
     ``n_implicit_failures``), the row also has ``implicit_failures`` (proposals rejected
@@ -28,7 +31,9 @@ def summarize(name, result):
     ess = result.ess()
     draws = result.samples.shape[0] * result.samples.shape[1]
     seconds = result.timings["sampling"]
-    exact = int(np.sum(result.n_density_evals_sampling) + np.sum(result.n_gradient_evals_sampling))
+    exact = int(np.sum(result.n_density_evals_sampling) + np.sum(result.n_gradient_evals_sampling)
+                + np.sum(result.get("n_metric_evals_sampling", 0))
+                + np.sum(result.get("n_metric_derivative_evals_sampling", 0)))
     row = dict(method=name, acceptance=float(np.mean(result.acceptance_rate)),
                ess_min=float(ess.min()), ess_median=float(np.median(ess)),
                ess_max=float(ess.max()), seconds_per_iter=seconds / draws,

@@ -7,6 +7,7 @@ from scipy import special
 
 import rnshmc
 from rnshmc import RMHMC, RNSRMHMC, Target
+from rnshmc.experiments import summarize
 from rnshmc._kernels._integrators import GeneralizedLeapfrog, Leapfrog
 from rnshmc._kernels._metrics import EuclideanMetric
 from rnshmc._kernels._riemann import CallableMetric, LinearPredictorMetric
@@ -355,7 +356,30 @@ def test_continuing_a_run_is_bit_identical():
     states = sampler.init_states(60, 40, 1, 5)
     sampler.run_states(states, progress=False, stop_after=55)
     sampler.run_states(states, progress=False)
-    np.testing.assert_array_equal(sampler.result(states).samples, full.samples)
+    continued = sampler.result(states)
+    np.testing.assert_array_equal(continued.samples, full.samples)
+    for key in ("n_gradient_evals", "n_metric_evals_sampling", "n_metric_derivative_evals"):
+        # counts continue across the interruption; only a resumed chain's refactorisation of
+        # G at its state is extra work
+        assert 0 <= continued[key][0] - full[key][0] <= 1, key
+
+
+def test_metric_evaluations_are_counted_as_exact_work():
+    model = small_logistic()
+    res = RMHMC(model, step_size=0.5, n_steps=2).sample(40, tune=10, rng=0, progress=False)
+    steps = res.n_steps.sum()
+    # every step evaluates G at least at its end point and its derivative terms there
+    assert res.n_metric_evals_sampling[0] >= steps
+    assert res.n_metric_derivative_evals_sampling[0] >= steps
+    assert res.n_metric_evals[0] > res.n_metric_evals_sampling[0]  # warm-up's too
+    row = summarize("RMHMC", res)
+    assert row["exact_evals"] == (res.n_density_evals_sampling[0] + res.n_gradient_evals_sampling[0]
+                                  + res.n_metric_evals_sampling[0]
+                                  + res.n_metric_derivative_evals_sampling[0])
+    # a surrogate's metric is not the model's: RNS-RMHMC has no such counts
+    rns = RNSRMHMC(model, softabs=1.0, n_hidden=15, n_explore=100, n_train=50, n_adapt=20,
+                   n_steps=2).sample(10, tune=100, rng=0, progress=False)
+    assert "n_metric_evals" not in rns
 
 
 def test_bad_arguments():

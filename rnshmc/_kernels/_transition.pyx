@@ -130,6 +130,10 @@ cdef class Chain:
     cdef public long long n_density_evals
     cdef public long long n_gradient_evals
     cdef public long long n_solver_failures
+    # a Riemannian metric's evaluations (G, and its derivative terms) are counted by the metric
+    # object; these offsets let a restored state continue its counts
+    cdef long long metric_evals_offset
+    cdef long long metric_derivative_evals_offset
     # warm-up adaptation
     cdef DualAveraging da
     cdef object _variance
@@ -231,6 +235,20 @@ cdef class Chain:
         """Gradient of the dynamics potential at the current position."""
         return np.array(<double[:self.dim]> self.grad)
 
+    def _metric_counts(self):
+        return (getattr(self.metric, "n_updates", 0),
+                getattr(self.metric, "n_derivative_updates", 0))
+
+    @property
+    def n_metric_evals(self):
+        """Evaluations of a position-dependent metric G(q) (0 for a constant one)."""
+        return self.metric_evals_offset + self._metric_counts()[0]
+
+    @property
+    def n_metric_derivative_evals(self):
+        """Evaluations of a position-dependent metric's derivative terms."""
+        return self.metric_derivative_evals_offset + self._metric_counts()[1]
+
     def get_state(self):
         """The chain's state as plain arrays and numbers (see ``set_state``)."""
         if not self.has_state:
@@ -240,7 +258,9 @@ cdef class Chain:
                     potential_dynamics=self.U_dyn, potential_test=self.U_test,
                     step_size=self.step_size, n_density_evals=self.n_density_evals,
                     n_gradient_evals=self.n_gradient_evals,
-                    n_solver_failures=self.n_solver_failures, dual_averaging=da,
+                    n_solver_failures=self.n_solver_failures,
+                    n_metric_evals=self.n_metric_evals,
+                    n_metric_derivative_evals=self.n_metric_derivative_evals, dual_averaging=da,
                     variance_count=self.variance_count,
                     variance_mean=self._variance[0].copy(), variance_m2=self._variance[1].copy())
 
@@ -268,6 +288,12 @@ cdef class Chain:
         self.n_density_evals = int(state["n_density_evals"]) if counters else 0
         self.n_gradient_evals = int(state["n_gradient_evals"]) if counters else 0
         self.n_solver_failures = int(state["n_solver_failures"]) if counters else 0
+        metric, derivatives = self._metric_counts()
+        self.metric_evals_offset = -metric
+        self.metric_derivative_evals_offset = -derivatives
+        if counters:
+            self.metric_evals_offset += int(state.get("n_metric_evals", 0))
+            self.metric_derivative_evals_offset += int(state.get("n_metric_derivative_evals", 0))
         da = state["dual_averaging"]
         self.da = {name: da[name] for name in DUAL_AVERAGING_FIELDS}  # and a dict to the struct
         self.variance_count = int(state["variance_count"])

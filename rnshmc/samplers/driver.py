@@ -342,7 +342,8 @@ class ChainSampler:
 
     def _keep_current(self, name, chain, state, generator):
         state.kernel = chain.get_state()
-        state.evals[name] = [chain.n_density_evals, chain.n_gradient_evals]
+        state.evals[name] = [chain.n_density_evals, chain.n_gradient_evals,
+                             chain.n_metric_evals, chain.n_metric_derivative_evals]
         state.rng = generator_to_json(generator)
 
     def _iterate(self, name, n_iter, chain, state, generator, budget, bar):

@@ -36,11 +36,21 @@ def _check_solver_settings(fixed_point_tol, max_fixed_point_iterations, softabs)
     return fixed_point_tol, iterations, softabs
 
 
-def riemannian_stats(result, states, phase="sampling"):
+def riemannian_stats(result, states, phase="sampling", exact_metric=False):
     """Add the implicit solver's statistics of ``phase`` to a result: ``solver_iterations``
     (chains, draws): fixed-point iterations of each transition's trajectory;
     ``mean_solver_iterations`` per chain; ``n_implicit_failures`` per chain (unconverged
-    solves: rejected proposals)."""
+    solves: rejected proposals). With ``exact_metric`` (the metric is the model's own, not a
+    surrogate's: its evaluations are exact model work), per chain ``n_metric_evals`` and
+    ``n_metric_derivative_evals`` over all phases and their ``_sampling`` counts."""
+    if exact_metric:
+        def counts(index, phases):
+            return np.array([sum(s.evals.get(p, [0] * 4)[index] for p in phases)
+                             for s in states], dtype=np.int64)
+        every = [name for name, _ in states[0].phases]
+        for index, key in ((2, "n_metric_evals"), (3, "n_metric_derivative_evals")):
+            result[key] = counts(index, every)
+            result[key + "_sampling"] = counts(index, [phase])
     records = np.stack([s.outputs[phase]["records"] for s in states])
     result["solver_iterations"] = records["solver_iterations"].copy()
     result["implicit_failed"] = records["solver_failed"].astype(bool)
@@ -187,13 +197,18 @@ class RMHMC(HMC):
             The keys of :meth:`rnshmc.HMC.sample` (``energy`` includes 1/2 log det G), plus
             ``solver_iterations`` (chains, draws), ``implicit_failed`` (chains, draws),
             ``mean_solver_iterations`` (per step, per chain) and ``n_implicit_failures`` (per
-            chain) of the sampling phase.
+            chain) of the sampling phase; and the exact metric's evaluations per chain,
+            ``n_metric_evals`` and ``n_metric_derivative_evals`` (all phases) and their
+            ``_sampling`` counts. A metric evaluation is exact model work not in
+            ``n_gradient_evals``: the Fisher metric is a pass over the data; the Gauss-Newton
+            metric of a PDE is the forward solve plus one sensitivity solve per parameter on
+            its factorisation, and its derivatives second-order sensitivities.
         """
         return super().sample(draws=draws, tune=tune, chains=chains, rng=rng, init=init,
                               progress=progress, pool=pool)
 
     def result(self, states):
-        return riemannian_stats(super().result(states), states)
+        return riemannian_stats(super().result(states), states, exact_metric=True)
 
 
 class RNSRMHMC(RNSHMC):
