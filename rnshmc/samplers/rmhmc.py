@@ -80,6 +80,13 @@ class RMHMC(HMC):
     Two phases per chain: ``"warmup"`` (``tune`` iterations: the step size adapted by dual
     averaging when ``step_size`` is None, else a burn-in; discarded) and ``"sampling"``.
 
+    The starting point matters with a fixed step size: far out in the tails, where the metric
+    is much flatter than at the posterior, a step size tuned for the posterior (e.g. the
+    papers' on Bank Marketing or a9a, started at q = 0) makes every proposal diverge, and the
+    chain never moves (the result warns about a stuck chain). Start at the mode
+    (:func:`rnshmc.experiments.find_mode`, Newton's method with this metric) or let
+    ``step_size=None`` adapt during warm-up.
+
     Parameters
     ----------
     target : rnshmc.models.LogisticRegression, rnshmc.models.EllipticPDE, rnshmc.Target, ...
