@@ -161,6 +161,26 @@ def test_symv(seed, n, lower, alpha, beta):
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("n", SQUARE_SIZES)
 @pytest.mark.parametrize("lower", [True, False])
+@pytest.mark.parametrize("alpha", [1.0, -0.7])
+def test_syr_and_syr2_update_one_triangle(seed, n, lower, alpha):
+    rng = np.random.default_rng(seed)
+    S, stored = symmetric_with_garbage(rng, n, lower)
+    x, y = rng.standard_normal(n), rng.standard_normal(n)
+    keep = np.tril(np.ones((n, n), bool)) if lower else np.triu(np.ones((n, n), bool))
+    for update, expected in (
+            (lambda A: _blas._syr_memview(lower, alpha, x, A), S + alpha * np.outer(x, x)),
+            (lambda A: _blas._syr2_memview(lower, alpha, x, y, A),
+             S + alpha * (np.outer(x, y) + np.outer(y, x)))):
+        A = stored.copy()
+        update(A)
+        magnitude = np.abs(S) + 2 * abs(alpha) * np.outer(np.abs(x) + np.abs(y), np.abs(x) + np.abs(y))
+        assert_close(A[keep], expected[keep], magnitude[keep])
+        np.testing.assert_array_equal(A[~keep], stored[~keep])  # the other triangle untouched
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("n", SQUARE_SIZES)
+@pytest.mark.parametrize("lower", [True, False])
 @pytest.mark.parametrize("transpose", [False, True])
 def test_trmv(seed, n, lower, transpose):
     """x <- op(T) x for a triangular T with a non-unit diagonal; the other strict triangle of

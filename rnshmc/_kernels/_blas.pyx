@@ -4,7 +4,8 @@ The ``cdef`` wrappers are what kernels call; the ``cpdef`` twins exist only so t
 check each wrapper against NumPy.
 """
 from scipy.linalg.cython_blas cimport (
-    ddot, daxpy, dscal, dcopy, dnrm2, dgemv, dsymv, dtrmv, dtrsv, dgemm, dsyrk, dtrsm,
+    ddot, daxpy, dscal, dcopy, dnrm2, dgemv, dsymv, dsyr, dsyr2, dtrmv, dtrsv, dgemm, dsyrk,
+    dtrsm,
 )
 
 
@@ -55,6 +56,24 @@ cdef void _symv(BLAS_Order order, BLAS_Uplo uplo, int n, double alpha, const dou
     if order == RowMajor:
         uplo_ = _flip_uplo(uplo)
     dsymv(&uplo_, &n, &alpha, <double*> A, &lda, <double*> x, &incx, &beta, y, &incy)
+
+
+cdef void _syr(BLAS_Order order, BLAS_Uplo uplo, int n, double alpha, const double* x, int incx,
+               double* A, int lda) noexcept nogil:
+    """A += alpha x x^T in the triangle ``uplo`` of symmetric A."""
+    cdef char uplo_ = uplo
+    if order == RowMajor:
+        uplo_ = _flip_uplo(uplo)
+    dsyr(&uplo_, &n, &alpha, <double*> x, &incx, A, &lda)
+
+
+cdef void _syr2(BLAS_Order order, BLAS_Uplo uplo, int n, double alpha, const double* x, int incx,
+                const double* y, int incy, double* A, int lda) noexcept nogil:
+    """A += alpha (x y^T + y x^T) in the triangle ``uplo`` of symmetric A."""
+    cdef char uplo_ = uplo
+    if order == RowMajor:
+        uplo_ = _flip_uplo(uplo)
+    dsyr2(&uplo_, &n, &alpha, <double*> x, &incx, <double*> y, &incy, A, &lda)
 
 
 cdef void _trmv(BLAS_Order order, BLAS_Uplo uplo, BLAS_Trans ta, int n, const double* A, int lda,
@@ -158,6 +177,17 @@ cpdef void _symv_memview(bint lower, double alpha, const double[:, ::1] A, const
                          double beta, double[::1] y):
     cdef int n = <int> A.shape[0]
     _symv(RowMajor, Lower if lower else Upper, n, alpha, &A[0, 0], n, &x[0], 1, beta, &y[0], 1)
+
+
+cpdef void _syr_memview(bint lower, double alpha, const double[::1] x, double[:, ::1] A):
+    cdef int n = <int> A.shape[0]
+    _syr(RowMajor, Lower if lower else Upper, n, alpha, &x[0], 1, &A[0, 0], n)
+
+
+cpdef void _syr2_memview(bint lower, double alpha, const double[::1] x, const double[::1] y,
+                         double[:, ::1] A):
+    cdef int n = <int> A.shape[0]
+    _syr2(RowMajor, Lower if lower else Upper, n, alpha, &x[0], 1, &y[0], 1, &A[0, 0], n)
 
 
 cpdef void _trmv_memview(bint lower, bint transpose, const double[:, ::1] A, double[::1] x):

@@ -1,0 +1,107 @@
+"""The online least-squares output weights (Greville / recursive least squares) against batch
+solutions on the same rows."""
+import numpy as np
+import pytest
+
+from rnshmc._kernels._online import OnlineLeastSquares
+
+
+def rows(rng, k, s):
+    # softplus-like hidden units: correlated positive columns, as a network's are
+    return np.log1p(np.exp(rng.standard_normal((k, 3)) @ rng.standard_normal((3, s))
+                           + 0.3 * rng.standard_normal((k, s))))
+
+
+def relative(a, b):
+    return np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-300)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("start,extra", [(10, 15), (10, 60), (50, 40)])
+def test_ridge_start_stays_the_ridge_solution(seed, start, extra):
+    """After a ridge start every update is the recursive-least-squares branch and v is the
+    ridge solution on all rows, for k < s and k > s."""
+    rng = np.random.default_rng(seed)
+    s, ridge = 30, 1e-3
+    H, t = rows(rng, start + extra, s), rng.standard_normal(start + extra)
+    online = OnlineLeastSquares.from_rows(H[:start], t[:start], ridge=ridge)
+    online.update(H[start:], t[start:])
+    normal = H.T @ H + ridge * np.eye(s)
+    assert relative(online.weights, np.linalg.solve(normal, H.T @ t)) < 1e-8
+    assert relative(online.theta, np.linalg.inv(normal)) < 1e-8
+    assert online.n_null_space_updates == 0 and online.n_updates == extra
+    np.testing.assert_array_equal(online.theta, online.theta.T)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_pseudo_inverse_start_follows_the_minimum_norm_solution(seed):
+    """From a pseudo-inverse start on k < s rows, rows are added one at a time through both
+    branches: v stays H^+ t (the minimum-norm least-squares solution) below, at and beyond s
+    rows, and Theta and Phi keep their definitions."""
+    rng = np.random.default_rng(seed)
+    s = 12
+    H, t = rows(rng, 40, s), rng.standard_normal(40)
+    # a repeated row and one in the span of the first rows: the c = 0 branch below s rows
+    H[6] = H[2]
+    H[8] = 0.5 * H[0] - 2.0 * H[1]
+    online = OnlineLeastSquares.from_rows(H[:3], t[:3])
+    for k in range(3, 40):
+        online.update(H[k], t[k])
+        n = k + 1
+        pinv = np.linalg.pinv(H[:n], rcond=1e-10)
+        assert relative(online.weights, pinv @ t[:n]) < 1e-8, n
+        assert relative(online.theta, pinv @ pinv.T) < 1e-8, n
+        np.testing.assert_allclose(online.phi, np.eye(s) - pinv @ H[:n], atol=1e-8)
+    # both branches ran: rank-raising rows (up to s) and the rest
+    rank_raising = np.linalg.matrix_rank(H[:40]) - np.linalg.matrix_rank(H[:3])
+    assert online.n_null_space_updates == rank_raising
+    assert online.n_updates - online.n_null_space_updates >= 40 - 3 - rank_raising
+
+
+def test_theta_stays_symmetric_and_drift_is_bounded_and_refresh_removes_it():
+    """10^5 recursive updates: Theta exactly symmetric, close to the batch inverse; a refresh
+    from the accumulated normal equations brings it back to the batch solution."""
+    rng = np.random.default_rng(3)
+    s, ridge, n = 20, 1e-4, 100_000
+    H0, t0 = rows(rng, 30, s), rng.standard_normal(30)
+    online = OnlineLeastSquares.from_rows(H0, t0, ridge=ridge)
+    H, t = rows(rng, n, s), rng.standard_normal(n)
+    online.update(H, t)
+    allH, allt = np.vstack([H0, H]), np.concatenate([t0, t])
+    normal = allH.T @ allH + ridge * np.eye(s)
+    exact_theta, exact_v = np.linalg.inv(normal), np.linalg.solve(normal, allH.T @ allt)
+    theta = online.theta
+    np.testing.assert_array_equal(theta, theta.T)
+    drift = relative(theta, exact_theta)
+    assert drift < 1e-6, drift
+    assert relative(online.weights, exact_v) < 1e-6
+    assert relative(online.normal, normal) < 1e-12
+    assert online.refresh()
+    assert relative(online.theta, exact_theta) < 1e-9
+    assert relative(online.weights, exact_v) < 1e-9
+
+
+def test_refresh_without_a_positive_definite_normal_matrix_changes_nothing():
+    rng = np.random.default_rng(4)
+    H, t = rows(rng, 5, 10), rng.standard_normal(5)
+    online = OnlineLeastSquares.from_rows(H, t)  # rank 5 < 10, no ridge
+    before = online.weights
+    assert not online.refresh()
+    np.testing.assert_array_equal(online.weights, before)
+
+
+def test_bad_input_is_rejected_and_changes_nothing():
+    rng = np.random.default_rng(5)
+    H, t = rows(rng, 8, 6), rng.standard_normal(8)
+    online = OnlineLeastSquares.from_rows(H, t, ridge=1e-3)
+    before = online.weights
+    with pytest.raises(ValueError, match="shape"):
+        online.update(np.ones((2, 5)), np.ones(2))
+    with pytest.raises(ValueError, match="finite"):
+        online.update(np.full((1, 6), np.nan), np.ones(1))
+    with pytest.raises(ValueError, match="finite"):
+        OnlineLeastSquares.from_rows(H, np.full(8, np.inf))
+    with pytest.raises(ValueError, match="ridge"):
+        OnlineLeastSquares.from_rows(H, t, ridge=-1.0)
+    np.testing.assert_array_equal(online.weights, before)
+    assert online.n_updates == 0
