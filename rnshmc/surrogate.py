@@ -7,6 +7,7 @@ import numpy as np
 import scipy.linalg
 from scipy.linalg.blas import dnrm2, dsyrk
 
+from ._kernels._online import OnlineLeastSquares
 from ._kernels._surrogate import ACTIVATIONS, NetworkTarget, hidden_layer
 
 __all__ = ["RandomNetworkSurrogate"]
@@ -129,6 +130,7 @@ class RandomNetworkSurrogate:
         self.ridge = float(ridge)
         self.weight_scale = float(weight_scale)
         self.whiten = bool(whiten)
+        self.refresh_every = 5000
         self._rng = _rng(rng)
         if nodes == "additive":
             self.input_weights = self._rng.standard_normal((self.n_hidden, self.dim)) * weight_scale
@@ -140,7 +142,7 @@ class RandomNetworkSurrogate:
     # ------------------------------------------------------------------------------------------
     # fitting
 
-    def fit(self, Q, t, gradients=None, gradient_weight=1.0):
+    def fit(self, Q, t, gradients=None, gradient_weight=1.0, online=False):
         """Fit the output weights to values (and optionally gradients) of the potential.
 
         Minimises sum_j (z(q_j) - t_j)^2 + gradient_weight * sum_j |L^T (grad z(q_j) - g_j)|^2
@@ -164,6 +166,10 @@ class RandomNetworkSurrogate:
             Gradients of U at the training inputs.
         gradient_weight : float
             Weight gamma >= 0 of the gradient misfit.
+        online : bool
+            Also start the online estimator of :meth:`partial_fit` (O(s^3) more work and
+            O(s^2) memory: the inverse of the normal matrix). Needs ``ridge`` > 0, or a
+            normal matrix that is positive definite (the rows span the hidden space).
 
         Returns
         -------
@@ -224,6 +230,15 @@ class RandomNetworkSurrogate:
                              f"weights (ridge={self.ridge:g}, {len(t)} training points, "
                              f"{self.n_hidden} hidden units)")
         ctarget = self._make_ctarget(W, bias, gamma, v, offset, mean, L)
+        estimator = None
+        if online:
+            full = np.triu(normal) + np.triu(normal, 1).T
+            try:
+                theta = scipy.linalg.cho_solve(scipy.linalg.cho_factor(full), np.eye(len(v)))
+            except np.linalg.LinAlgError:
+                raise ValueError("online=True needs a positive-definite normal matrix: use "
+                                 "ridge > 0 or more training points than hidden units") from None
+            estimator = OnlineLeastSquares(v, theta, None, full, rhs)
 
         # only now, with nothing left to fail, replace the previous fit's state
         if rbf_units is not None:
@@ -241,7 +256,84 @@ class RandomNetworkSurrogate:
                 fitted_gradients -= ((S * v) @ gamma)[:, None] * Xg
             self.gradient_residual_ = _rms(fitted_gradients - Gg)
         self._ctarget = ctarget
+        self._online = estimator
+        # what partial_fit needs to build new rows as the fit built these
+        self._fit_layer = (W, bias, gamma)
+        # (the rows' metric M: identity on whitened inputs; the gradients' transform: L or M)
+        self._fit_gradient = None if gradient_terms is None else (
+            M, L if L is not None else M, gradient_weight)
+        self.n_online_points_ = 0
         self.fit_time_ = time.perf_counter() - start
+        return self
+
+    def partial_fit(self, Q, t, gradients=None):
+        """Update the output weights with new points, as if they had been in the last fit.
+
+        The weights stay the ridge least-squares solution on all points (the last ``fit``'s
+        and every ``partial_fit``'s) with the fit's hidden units, whitening, offset and
+        gradient weighting, updated by recursive least squares in O(s^2) per row (one row per
+        value, ``dim`` more per gradient) instead of a refit (O(s^3)); the rows' normal
+        equations are accumulated and Theta refreshed from them every ``refresh_every`` rows
+        (default 5000) to stop rounding drift. The fitted surrogate then uses the new weights.
+
+        Parameters
+        ----------
+        Q : ndarray of shape (N, dim) or (dim,)
+        t : ndarray of shape (N,) or float
+            Potential values.
+        gradients : None or ndarray of the shape of Q
+            Gradients of U, used if the last fit used gradients (else ignored).
+
+        Returns
+        -------
+        self
+
+        Raises
+        ------
+        RuntimeError
+            If the surrogate was not fitted with ``online=True`` (or was rebuilt from a saved
+            state, which does not keep the online estimator).
+        ValueError
+            On wrong shapes or non-finite values (nothing changes then).
+        """
+        estimator = getattr(self, "_online", None)
+        if estimator is None:
+            raise RuntimeError("partial_fit needs a fit with online=True first")
+        Q = np.atleast_2d(np.asarray(Q, dtype=np.float64))
+        t = np.atleast_1d(np.asarray(t, dtype=np.float64))
+        if gradients is not None:
+            gradients = np.atleast_2d(np.asarray(gradients, dtype=np.float64))
+        Q, t, G = self._check_training_data(Q, t, gradients)
+        W, bias, gamma = self._fit_layer
+        X = Q if self.input_factor_ is None else scipy.linalg.solve_triangular(
+            self.input_factor_, (Q - self.input_mean_).T, lower=True).T
+        X = np.ascontiguousarray(X)
+        H, S = hidden_layer(self.activation, X, W, bias, gamma, slopes=True)
+        rows, targets = [H], [t - self.offset_]
+        if G is not None and self._fit_gradient is not None:
+            M, to_rows, gradient_weight = self._fit_gradient
+            root = np.sqrt(gradient_weight)
+            terms = (X @ M, W @ M, gamma, G @ to_rows, gradient_weight)
+            D = self._gradient_rows(S, terms).reshape(len(t), self.dim, self.n_hidden)
+            rows = [np.concatenate([H[:, None, :], root * D], axis=1).reshape(-1, self.n_hidden)]
+            targets = [np.concatenate([(t - self.offset_)[:, None], root * (G @ to_rows)],
+                                      axis=1).reshape(-1)]
+        R, y = np.vstack(rows), np.concatenate(targets)
+        if not _all_finite(R, y):
+            raise ValueError("the new points' hidden units or targets are not finite")
+        before = estimator.n_updates
+        estimator.update(R, y)
+        every = getattr(self, "refresh_every", 5000)
+        if estimator.n_updates // every > before // every:
+            estimator.refresh()
+        v = estimator.weights
+        if not _all_finite(v):
+            raise ValueError("the online update gave non-finite output weights")
+        self._ctarget = self._make_ctarget(W, bias, gamma, v, self.offset_, self.input_mean_,
+                                           self.input_factor_)
+        self.output_weights = v
+        self.n_train_ += len(t)
+        self.n_online_points_ += len(t)
         return self
 
     def _check_training_data(self, Q, t, gradients):
@@ -487,7 +579,9 @@ class RandomNetworkSurrogate:
     def get_state(self):
         """The surrogate as a dict of arrays, numbers and strings (saveable without pickle);
         :meth:`from_state` rebuilds it, predicting identically."""
-        state = {key: value for key, value in vars(self).items() if key not in ("_rng", "_ctarget")}
+        # the online estimator (partial_fit) is not kept: it needs a new fit with online=True
+        state = {key: value for key, value in vars(self).items()
+                 if key not in ("_rng", "_ctarget", "_online", "_fit_layer", "_fit_gradient")}
         if self._ctarget is not None:
             state["network"] = list(self._ctarget.__reduce__()[1])
         return state

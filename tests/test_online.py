@@ -105,3 +105,80 @@ def test_bad_input_is_rejected_and_changes_nothing():
         OnlineLeastSquares.from_rows(H, t, ridge=-1.0)
     np.testing.assert_array_equal(online.weights, before)
     assert online.n_updates == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# RandomNetworkSurrogate.partial_fit
+
+import rnshmc  # noqa: E402
+
+
+def training_points(seed, n, dim=3):
+    rng = np.random.default_rng(seed)
+    Q = rng.standard_normal((n, dim)) @ np.diag([1.0, 0.5, 2.0])[:dim, :dim]
+    U = lambda q: 0.5 * np.sum(q ** 2, axis=-1) + 0.2 * q[..., 0] ** 3
+    grad = lambda q: q + np.eye(dim)[0] * 0.6 * q[..., :1] ** 2
+    order = np.argsort(U(Q))  # the first point has the smallest target: the fit's offset
+    Q = np.concatenate([Q[order[:1]], np.delete(Q, order[0], axis=0)])
+    return Q, U(Q), grad(Q)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("refresh_every", [5000, 7])
+def test_partial_fit_equals_a_fit_on_all_points(seed, refresh_every):
+    """Values only, raw inputs: the transform and offset of a fit on the first 40 points are
+    those of a fit on all 100, so partial_fit of the other 60 (in uneven batches) must give
+    the batch fit's weights."""
+    Q, t, _ = training_points(seed, 100)
+    online = rnshmc.RandomNetworkSurrogate(3, n_hidden=25, ridge=1e-4, rng=seed)
+    online.refresh_every = refresh_every
+    online.fit(Q[:40], t[:40], online=True)
+    for batch in (slice(40, 41), slice(41, 70), slice(70, 100)):
+        online.partial_fit(Q[batch], t[batch])
+    batch_fit = rnshmc.RandomNetworkSurrogate(3, n_hidden=25, ridge=1e-4, rng=seed).fit(Q, t)
+    assert relative(online.output_weights, batch_fit.output_weights) < 1e-8
+    q = np.array([0.3, -0.2, 0.5])
+    assert abs(online.potential(q) - batch_fit.potential(q)) < 1e-8 * (1 + abs(batch_fit.potential(q)))
+    assert online.n_train_ == 100 and online.n_online_points_ == 60
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_partial_fit_with_gradients_is_the_least_squares_solution(seed):
+    """Values and gradients, raw inputs: against the weighted ridge least-squares problem
+    written out directly (gradient misfits in the metric of the first fit's input
+    covariance factor M: rows M^T W^T diag(a'(W q + b)), targets M^T g)."""
+    Q, t, G = training_points(seed, 60)
+    s, ridge, weight = 20, 1e-5, 0.7
+    online = rnshmc.RandomNetworkSurrogate(3, n_hidden=s, ridge=ridge, rng=seed)
+    online.fit(Q[:25], t[:25], gradients=G[:25], gradient_weight=weight, online=True)
+    online.partial_fit(Q[25:], t[25:], gradients=G[25:])
+    W, b = online.input_weights, online.biases
+    M = np.linalg.cholesky(np.cov(Q[:25], rowvar=False) + 1e-10 * np.trace(np.cov(Q[:25], rowvar=False)) / 3 * np.eye(3))
+    pre = Q @ W.T + b
+    H = np.log1p(np.exp(pre))
+    slopes = 1.0 / (1.0 + np.exp(-pre))
+    D = np.einsum("ji,ik,kl->jli", slopes, W, M)  # (points, dim, s): M^T grad_v of grad z
+    rows = np.vstack([H, np.sqrt(weight) * D.reshape(-1, s), np.sqrt(ridge) * np.eye(s)])
+    targets = np.concatenate([t - t.min(), np.sqrt(weight) * (G @ M).reshape(-1), np.zeros(s)])
+    reference = np.linalg.lstsq(rows, targets, rcond=None)[0]
+    assert relative(online.output_weights, reference) < 1e-7
+
+
+def test_partial_fit_errors_change_nothing():
+    Q, t, _ = training_points(2, 50)
+    surrogate = rnshmc.RandomNetworkSurrogate(3, n_hidden=10, ridge=1e-4, rng=0)
+    surrogate.fit(Q, t)
+    with pytest.raises(RuntimeError, match="online=True"):
+        surrogate.partial_fit(Q[:2], t[:2])
+    surrogate.fit(Q, t, online=True)
+    before = surrogate.output_weights.copy()
+    with pytest.raises(ValueError, match="shape"):
+        surrogate.partial_fit(Q[:2, :2], t[:2])
+    with pytest.raises(ValueError, match="finite"):
+        surrogate.partial_fit(Q[:2], np.array([1.0, np.nan]))
+    np.testing.assert_array_equal(surrogate.output_weights, before)
+    assert surrogate.n_online_points_ == 0
+    with pytest.raises(ValueError, match="positive-definite"), \
+            pytest.warns(RuntimeWarning, match="singular"):
+        rnshmc.RandomNetworkSurrogate(3, n_hidden=80, ridge=0.0, rng=0).fit(Q[:20], t[:20],
+                                                                            online=True)
