@@ -266,7 +266,7 @@ class RandomNetworkSurrogate:
         self.fit_time_ = time.perf_counter() - start
         return self
 
-    def partial_fit(self, Q, t, gradients=None):
+    def partial_fit(self, Q, t, gradients=None, install=True):
         """Update the output weights with new points, as if they had been in the last fit.
 
         The weights stay the ridge least-squares solution on all points (the last ``fit``'s
@@ -283,6 +283,9 @@ class RandomNetworkSurrogate:
             Potential values.
         gradients : None or ndarray of the shape of Q
             Gradients of U, used if the last fit used gradients (else ignored).
+        install : bool
+            Use the updated weights at once (default); False only updates the estimator,
+            whose weights :meth:`install` puts in use later (ARNS-HMC's vanishing adaptation).
 
         Returns
         -------
@@ -326,15 +329,30 @@ class RandomNetworkSurrogate:
         every = getattr(self, "refresh_every", 5000)
         if estimator.n_updates // every > before // every:
             estimator.refresh()
+        self.n_train_ += len(t)
+        self.n_online_points_ += len(t)
+        if install:
+            self.install()
+        return self
+
+    def install(self):
+        """Put the online estimator's current weights in use (see :meth:`partial_fit`): the
+        fitted target is updated in place, so a chain built on it uses them from its next
+        trajectory.
+
+        Raises
+        ------
+        ValueError
+            If the weights are not finite (the previous ones stay in use).
+        """
+        estimator = getattr(self, "_online", None)
+        if estimator is None:
+            raise RuntimeError("install needs a fit with online=True first")
         v = estimator.weights
         if not _all_finite(v):
             raise ValueError("the online update gave non-finite output weights")
-        self._ctarget = self._make_ctarget(W, bias, gamma, v, self.offset_, self.input_mean_,
-                                           self.input_factor_)
+        self._ctarget.set_output_weights(v)
         self.output_weights = v
-        self.n_train_ += len(t)
-        self.n_online_points_ += len(t)
-        return self
 
     def _check_training_data(self, Q, t, gradients):
         Q = _real_array(Q, "Q", contiguous=True)

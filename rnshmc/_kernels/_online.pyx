@@ -93,6 +93,15 @@ cdef class OnlineLeastSquares:
         self.theta, self.phi, self.normal = &sq[0, 0, 0], &sq[1, 0, 0], &sq[2, 0, 0]
         self.v, self.rhs, self.u, self.c = &vec[0, 0], &vec[1, 0], &vec[2, 0], &vec[3, 0]
 
+    def __reduce__(self):
+        squares, vectors, has_normal = self._arrays
+        # (inside the class, self.theta etc. are the C pointers: use the arrays)
+        return (_rebuild, (vectors[0].copy(), _symmetric(squares[0]),
+                           _symmetric(squares[1]) if self.tracks_null_space else None,
+                           _symmetric(squares[2]) if has_normal else None,
+                           vectors[1].copy() if has_normal else None, self.tol,
+                           self.n_updates, self.n_null_space_updates))
+
     @classmethod
     def from_rows(cls, H, t, double ridge=0.0, double tol=1e-10):
         """The batch start on rows ``H`` (k, s) with targets ``t`` (k,): with ``ridge`` > 0,
@@ -205,6 +214,12 @@ cdef class OnlineLeastSquares:
     def normal(self):
         """The accumulated H^T H (+ ridge), symmetric (a copy), or None."""
         return _symmetric(self._arrays[0][2]) if self._arrays[2] else None
+
+
+def _rebuild(weights, theta, phi, normal, rhs, tol, n_updates, n_null_space_updates):
+    cdef OnlineLeastSquares estimator = OnlineLeastSquares(weights, theta, phi, normal, rhs, tol)
+    estimator.n_updates, estimator.n_null_space_updates = n_updates, n_null_space_updates
+    return estimator
 
 
 def _symmetric(upper):

@@ -133,6 +133,7 @@ cdef class NetworkTarget(CTarget):
                  gamma=None, input_transform=None, input_mean=None):
         arrays = [np.ascontiguousarray(a, dtype=np.float64) if a is not None else None
                   for a in (weights, bias, output_weights, gamma, input_transform, input_mean)]
+        arrays[2] = arrays[2].copy()  # owned: set_output_weights writes into it
         weights, bias, output_weights, gamma, input_transform, input_mean = arrays
         super().__init__(weights.shape[1], 2 * weights.shape[0] + 2 * weights.shape[1])
         if activation not in ACTIVATIONS:
@@ -152,6 +153,14 @@ cdef class NetworkTarget(CTarget):
             if input_transform.shape != (self.dim, self.dim) or input_mean.shape != (self.dim,):
                 raise ValueError("inconsistent input transform shapes")
             self.A, self.mean = input_transform, input_mean
+
+    def set_output_weights(self, weights):
+        """Replace the output weights v in place (ARNS-HMC's installs; a chain using this
+        target must not be running meanwhile)."""
+        v = np.asarray(weights, dtype=np.float64)
+        if v.shape != (self.n_hidden,) or not np.all(np.isfinite(v)):
+            raise ValueError(f"output weights must be {self.n_hidden} finite numbers")
+        self._arrays[2][...] = v
 
     def __reduce__(self):
         weights, bias, output_weights, gamma, input_transform, input_mean = self._arrays

@@ -2,5 +2,6 @@
 from .hmc import HMC
 from .rmhmc import RMHMC, RNSRMHMC
 from .rns import RNSHMC
+from .arns import ARNSHMC
 
-__all__ = ["HMC", "RNSHMC", "RMHMC", "RNSRMHMC"]
+__all__ = ["HMC", "RNSHMC", "ARNSHMC", "RMHMC", "RNSRMHMC"]

@@ -73,6 +73,7 @@ target_accept, max_energy_error
     """
 
     name = "RNS-HMC"
+    ONLINE = False  # fit with the online estimator (ARNS-HMC)
     PILOT_ITERATIONS = 100
     PILOT_FACTORS = (1, 2, 4, 8)
     PHASES = {"exploration": Phase(adapt=True, keep=("samples", "records", "gradients")),
@@ -204,14 +205,19 @@ target_accept, max_energy_error
                                            **self.surrogate_options)
         gradients = history["gradients"][window] if self.gradient_weight > 0 else None
         surrogate.fit(history["samples"][window], -history["records"]["log_density"][window],
-                      gradients=gradients, gradient_weight=self.gradient_weight)
+                      gradients=gradients, gradient_weight=self.gradient_weight,
+                      online=self.ONLINE)
         state.extras["surrogate"] = surrogate.get_state()
+        self._fitted(state, surrogate)
         state.extras["exploration_acceptance_rate"] = float(accepted.mean())
         n_steps = self.surrogate_n_steps
         state.evals["training"] = [0, 0]
         if n_steps == "auto":
             n_steps = self._choose_n_steps(state, generator)
         state.extras["surrogate_n_steps"] = n_steps
+
+    def _fitted(self, state, surrogate):
+        """Called with the surrogate just fitted (ARNS-HMC keeps the object)."""
 
     def _start_sampling(self, chain, state):
         """Continue from the exploration's last state on the surrogate's dynamics; the exact

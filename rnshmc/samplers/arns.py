@@ -1,0 +1,136 @@
+"""ARNS-HMC: RNS-HMC whose surrogate keeps learning during sampling, with vanishing adaptation
+(Algorithm 4 of Zhang, Shahbaba and Zhao 2017)."""
+import numpy as np
+
+from ..surrogate import RandomNetworkSurrogate
+from ..validation import check_integer
+from .rns import RNSHMC
+
+__all__ = ["ARNSHMC"]
+
+
+def _inverse_sqrt(t):
+    return 1.0 / np.sqrt(t)
+
+
+class ARNSHMC(RNSHMC):
+    """RNS-HMC with online output weights: the surrogate improves with every new state.
+
+    The phases are RNS-HMC's (exact-HMC exploration, one fit, then surrogate dynamics with the
+    exact Metropolis test), except that the fit also starts an online least-squares estimator
+    (:meth:`~rnshmc.RandomNetworkSurrogate.partial_fit`: Greville's / recursive least-squares
+    updates, O(s^2) per point) and, during sampling, each accepted state is added to it with
+    its exact potential (which the Metropolis test computed anyway). The updated weights are
+    installed into the dynamics after iteration t of the sampling phase only with probability
+    a_t (``adaptation_rate``, default 1/sqrt(t)): a_t -> 0 with sum a_t infinite, the
+    diminishing adaptation of Roberts and Rosenthal (2007, Theorem 5) that keeps the chain
+    ergodic for the true posterior. Between installs the dynamics are a fixed surrogate's, so
+    every transition is an exact RNS-HMC transition.
+
+    Parameters
+    ----------
+    adaptation_rate : callable
+        ``a(t)`` for t = 1, 2, ... (sampling iterations): the install probability, in [0, 1].
+    freeze_after : int or None
+        No installs after this many sampling iterations (the draws after it are plain RNS-HMC
+        with a fixed surrogate); 0 never installs.
+    **kwargs
+        As for :class:`~rnshmc.RNSHMC` (``ridge`` must be positive: the estimator starts from
+        the ridge fit's inverse normal matrix).
+
+    Notes
+    -----
+    The sampling phase returns to Python after each iteration to update the estimator (one
+    O(s^2) update per accepted state, about 0.5 ms at s = 1000); the trajectories themselves
+    run in the C chain loop.
+    """
+
+    name = "ARNS-HMC"
+    ONLINE = True
+
+    def __init__(self, target, adaptation_rate=_inverse_sqrt, freeze_after=None, **kwargs):
+        super().__init__(target, **kwargs)
+        if not callable(adaptation_rate):
+            raise TypeError("adaptation_rate must be a callable a(t)")
+        if self.surrogate_options["ridge"] <= 0:
+            raise ValueError("ARNS-HMC needs ridge > 0 (the online estimator starts from the "
+                             "ridge fit)")
+        self.adaptation_rate = adaptation_rate
+        self.freeze_after = None if freeze_after is None else check_integer(
+            freeze_after, "freeze_after", minimum=0)
+
+    def sample(self, draws=1000, tune=1000, chains=1, rng=None, init=None, progress=True,
+               pool=None):
+        """Explore with exact HMC, fit the surrogate, then draw samples while it learns.
+
+        Parameters
+        ----------
+        draws, tune, chains, rng, init, progress, pool
+            As for :meth:`rnshmc.RNSHMC.sample`.
+
+        Returns
+        -------
+        SampleResult
+            The keys of :meth:`rnshmc.RNSHMC.sample` (``surrogate``: the last installed
+            weights), plus ``installed`` (chains, draws): whether new weights were installed
+            after each draw; ``n_installs`` and ``n_online_points`` (states added to the
+            estimator) per chain.
+        """
+        return super().sample(draws=draws, tune=tune, chains=chains, rng=rng, init=init,
+                              progress=progress, pool=pool)
+
+    # ------------------------------------------------------------------------------------------
+
+    def _fitted(self, state, surrogate):
+        state.extras["online_surrogate"] = surrogate
+
+    def _train(self, state, generator):
+        super()._train(state, generator)
+        # spawned after the surrogate's child stream, and not advancing the chain's stream:
+        # with adaptation frozen at 0 the draws are RNS-HMC's
+        state.extras["install_rng"] = generator.spawn(1)[0]
+
+    def make_chain(self, name, state, ctarget):
+        if name == "sampling":
+            surrogate = state.extras["online_surrogate"]
+            return self.new_chain(surrogate._ctarget, state, test=ctarget,
+                                  delayed_acceptance=self.delayed_acceptance)
+        return super().make_chain(name, state, ctarget)
+
+    def _iterate(self, name, n_iter, chain, state, generator, budget, bar):
+        if name != "sampling":
+            return super()._iterate(name, n_iter, chain, state, generator, budget, bar)
+        outputs = state.outputs.setdefault(name, {})
+        installed = outputs.setdefault("installed", np.zeros(n_iter, dtype=bool))
+        surrogate = state.extras["online_surrogate"]
+        install_rng = state.extras["install_rng"]
+        ran = 0
+        while ran < budget and state.iteration < n_iter:
+            first = state.iteration
+            if super()._iterate(name, n_iter, chain, state, generator, 1, bar) == 0:
+                break
+            ran += 1
+            record = outputs["records"][first]
+            if record["accepted"]:
+                surrogate.partial_fit(outputs["samples"][first], -record["log_density"],
+                                      install=False)
+            t = first + 1
+            frozen = self.freeze_after is not None and t > self.freeze_after
+            rate = 0.0 if frozen else float(self.adaptation_rate(t))
+            if rate > 0 and install_rng.random() < rate:
+                surrogate.install()
+                installed[first] = True
+        return ran
+
+    def end_phase(self, name, chain, state, generator):
+        super().end_phase(name, chain, state, generator)
+        if name == "sampling":
+            state.extras["surrogate"] = state.extras["online_surrogate"].get_state()
+
+    def result(self, states):
+        result = super().result(states)
+        result["installed"] = np.stack([s.outputs["sampling"]["installed"] for s in states])
+        result["n_installs"] = result["installed"].sum(axis=1).astype(np.int64)
+        result["n_online_points"] = np.array(
+            [s.extras["online_surrogate"].n_online_points_ for s in states], dtype=np.int64)
+        return result

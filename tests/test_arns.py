@@ -1,0 +1,106 @@
+"""ARNS-HMC: exact with a poor initial surrogate that keeps learning, vanishing installs,
+frozen adaptation reproduces RNS-HMC, the online fit helps, bad inputs."""
+import numpy as np
+import pytest
+from scipy import special, stats
+
+import rnshmc
+from rnshmc.models import Gaussian
+
+# a deliberately poor initial surrogate (as in test_rns.py): 15 units fitted to 60 states
+POOR = dict(n_hidden=15, n_train=60, gradient_weight=0.0, whiten=False, n_steps=8)
+
+
+def correlated_gaussian(dim=4, seed=0):
+    rng = np.random.default_rng(seed)
+    A = rng.standard_normal((dim, dim))
+    cov = A @ A.T / dim + 0.2 * np.eye(dim)
+    mean = rng.standard_normal(dim)
+    return Gaussian(mean, covariance=cov), mean, cov
+
+
+@pytest.mark.filterwarnings("ignore:.*under a third of the exploration")
+@pytest.mark.parametrize("seed", [1, 2])
+def test_exact_on_a_correlated_gaussian(seed, mcse_z):
+    model, mean, cov = correlated_gaussian()
+    res = rnshmc.ARNSHMC(model, **POOR).sample(10000, tune=400, chains=2, rng=seed,
+                                               progress=False)
+    assert np.all(res.fit_residual > 0.05)  # the initial surrogate really is poor
+    assert np.all(res.n_installs > 10) and np.all(res.n_online_points > 1000)
+    x = res.samples
+    sd = np.sqrt(np.diag(cov))
+    centred = x - mean
+    functions = np.concatenate([x, centred ** 2, centred[..., :1] * centred[..., 1:2],
+                                (centred[..., :1] > 1.5 * sd[0]) * 1.0], axis=-1)
+    truth = np.concatenate([mean, np.diag(cov), [cov[0, 1]], [stats.norm.sf(1.5)]])
+    z, tol = mcse_z(functions, truth)
+    assert np.all(np.abs(z) < tol), np.round(z, 2)
+
+
+@pytest.mark.filterwarnings("ignore:.*under a third of the exploration")
+@pytest.mark.parametrize("seed", [0, 1])
+def test_exact_on_a_skewed_target(seed, mcse_z):
+    """Two independent log-Gamma(2) coordinates: means, variances and a tail probability."""
+    shape = 2.0
+
+    def logp_and_grad(q):
+        e = np.exp(q)
+        return float(np.sum(shape * q - e)), shape - e
+
+    target = rnshmc.Target(None, logp_and_grad=logp_and_grad, dim=2)
+    res = rnshmc.ARNSHMC(target, n_hidden=5, n_train=30, gradient_weight=0.0, whiten=False,
+                         n_steps=6).sample(10000, tune=300, chains=2, rng=seed,
+                                           init=np.zeros(2), progress=False)
+    m = special.digamma(shape)
+    x = res.samples
+    functions = np.concatenate([x, (x - m) ** 2, (x > 1.0) * 1.0], axis=-1)
+    truth = np.repeat([m, special.polygamma(1, shape), stats.gamma(shape).sf(np.e)], 2)
+    z, tol = mcse_z(functions, truth)
+    assert np.all(np.abs(z) < tol), np.round(z, 2)
+
+
+@pytest.mark.filterwarnings("ignore:.*under a third of the exploration")
+def test_frozen_adaptation_reproduces_rns_hmc():
+    model, _, _ = correlated_gaussian()
+    rns = rnshmc.RNSHMC(model, **POOR).sample(500, tune=300, chains=2, rng=7, progress=False)
+    frozen = rnshmc.ARNSHMC(model, freeze_after=0, **POOR).sample(500, tune=300, chains=2,
+                                                                  rng=7, progress=False)
+    np.testing.assert_array_equal(frozen.samples, rns.samples)
+    assert np.all(frozen.n_installs == 0) and np.all(frozen.n_online_points > 0)
+
+
+@pytest.mark.filterwarnings("ignore:.*under a third of the exploration")
+def test_installs_vanish_and_stop_when_frozen():
+    model, _, _ = correlated_gaussian()
+    res = rnshmc.ARNSHMC(model, **POOR).sample(4000, tune=300, rng=3, progress=False)
+    installed = res.installed[0]
+    expected = np.sum(1 / np.sqrt(np.arange(1, 4001)))  # ~125
+    assert 0.6 * expected < installed.sum() < 1.4 * expected
+    assert installed[:400].sum() > installed[-400:].sum()  # vanishing
+    frozen = rnshmc.ARNSHMC(model, freeze_after=100, **POOR).sample(1000, tune=300, rng=3,
+                                                                    progress=False)
+    assert frozen.installed[0, :100].any() and not frozen.installed[0, 100:].any()
+    # the same iterations, and the same exact-evaluation counters as RNS-HMC
+    assert frozen.n_density_evals_sampling[0] == 1000
+    assert frozen.n_gradient_evals_sampling[0] == 0
+
+
+@pytest.mark.filterwarnings("ignore:.*under a third of the exploration")
+@pytest.mark.parametrize("seed", [0, 1])
+def test_learning_raises_acceptance_over_a_poor_start(seed):
+    model, _, _ = correlated_gaussian()
+    kwargs = dict(POOR, n_hidden=40)
+    rns = rnshmc.RNSHMC(model, **kwargs).sample(3000, tune=300, rng=seed, progress=False)
+    arns = rnshmc.ARNSHMC(model, **kwargs).sample(3000, tune=300, rng=seed, progress=False)
+    late = slice(1500, 3000)
+    assert arns.accepted[0, late].mean() > rns.accepted[0, late].mean() + 0.05
+
+
+def test_bad_arguments():
+    model, _, _ = correlated_gaussian()
+    with pytest.raises(ValueError, match="ridge"):
+        rnshmc.ARNSHMC(model, ridge=0.0)
+    with pytest.raises(TypeError, match="callable"):
+        rnshmc.ARNSHMC(model, adaptation_rate=0.5)
+    with pytest.raises(ValueError):
+        rnshmc.ARNSHMC(model, freeze_after=-1)
