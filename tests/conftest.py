@@ -170,12 +170,13 @@ def harmonic_target(dim=3):
     return Target(harmonic_logp, grad_logp=harmonic_grad, dim=dim)
 
 
-def log_gamma_target(shape=2.0):
-    """x = log(Y), Y ~ Gamma(shape, 1): log p(x) = shape x - e^x (skewed, non-Gaussian)."""
+def log_gamma_target(shape=2.0, dim=1):
+    """dim independent x_k = log(Y_k), Y_k ~ Gamma(shape, 1): log p(x) = sum shape x - e^x
+    (skewed, non-Gaussian)."""
     def log_gamma_logp_and_grad(q):
-        e = np.exp(q[0])
-        return shape * q[0] - e, np.array([shape - e])
-    return Target(None, logp_and_grad=log_gamma_logp_and_grad, dim=1)
+        e = np.exp(q)
+        return float(np.sum(shape * q - e)), shape - e
+    return Target(None, logp_and_grad=log_gamma_logp_and_grad, dim=dim)
 
 
 def log_gamma_statistics(x, shape=2.0):
@@ -251,6 +252,17 @@ def sample():
     return hmc_sample
 
 
+def correlated_gaussian(dim=4, seed=0):
+    """(rnshmc.models.Gaussian, mean, covariance): a correlated Gaussian for the surrogate
+    samplers' exactness tests."""
+    from rnshmc.models import Gaussian
+    rng = np.random.default_rng(seed)
+    A = rng.standard_normal((dim, dim))
+    cov = A @ A.T / dim + 0.2 * np.eye(dim)
+    mean = rng.standard_normal(dim)
+    return Gaussian(mean, covariance=cov), mean, cov
+
+
 def _expose(function):
     """A session fixture handing ``function`` to the tests (test files cannot import from
     conftest when they run against an installed wheel)."""
@@ -260,7 +272,7 @@ def _expose(function):
     return fixture
 
 
-for _function in (gaussian_target, make_random_covariance, gaussian_problem, harmonic_target,
+for _function in (gaussian_target, correlated_gaussian, make_random_covariance, gaussian_problem, harmonic_target,
                   log_gamma_target, log_gamma_statistics, dense_inverse_mass,
                   gaussian_for_leapfrog, make_chain, run_chain):
     globals()[_function.__name__ + "_fixture"] = _expose(_function)

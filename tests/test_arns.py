@@ -5,23 +5,15 @@ import pytest
 from scipy import special, stats
 
 import rnshmc
-from rnshmc.models import Gaussian
 
 # a deliberately poor initial surrogate (as in test_rns.py): 15 units fitted to 60 states
 POOR = dict(n_hidden=15, n_train=60, gradient_weight=0.0, whiten=False, n_steps=8)
 
 
-def correlated_gaussian(dim=4, seed=0):
-    rng = np.random.default_rng(seed)
-    A = rng.standard_normal((dim, dim))
-    cov = A @ A.T / dim + 0.2 * np.eye(dim)
-    mean = rng.standard_normal(dim)
-    return Gaussian(mean, covariance=cov), mean, cov
-
 
 @pytest.mark.filterwarnings("ignore:.*under a third of the exploration")
 @pytest.mark.parametrize("seed", [1, 2])
-def test_exact_on_a_correlated_gaussian(seed, mcse_z):
+def test_exact_on_a_correlated_gaussian(seed, mcse_z, correlated_gaussian):
     model, mean, cov = correlated_gaussian()
     res = rnshmc.ARNSHMC(model, **POOR).sample(10000, tune=400, chains=2, rng=seed,
                                                progress=False)
@@ -39,15 +31,10 @@ def test_exact_on_a_correlated_gaussian(seed, mcse_z):
 
 @pytest.mark.filterwarnings("ignore:.*under a third of the exploration")
 @pytest.mark.parametrize("seed", [0, 1])
-def test_exact_on_a_skewed_target(seed, mcse_z):
+def test_exact_on_a_skewed_target(seed, mcse_z, log_gamma_target):
     """Two independent log-Gamma(2) coordinates: means, variances and a tail probability."""
     shape = 2.0
-
-    def logp_and_grad(q):
-        e = np.exp(q)
-        return float(np.sum(shape * q - e)), shape - e
-
-    target = rnshmc.Target(None, logp_and_grad=logp_and_grad, dim=2)
+    target = log_gamma_target(shape, dim=2)
     res = rnshmc.ARNSHMC(target, n_hidden=5, n_train=30, gradient_weight=0.0, whiten=False,
                          n_steps=6).sample(10000, tune=300, chains=2, rng=seed,
                                            init=np.zeros(2), progress=False)
@@ -60,7 +47,7 @@ def test_exact_on_a_skewed_target(seed, mcse_z):
 
 
 @pytest.mark.filterwarnings("ignore:.*under a third of the exploration")
-def test_frozen_adaptation_reproduces_rns_hmc():
+def test_frozen_adaptation_reproduces_rns_hmc(correlated_gaussian):
     model, _, _ = correlated_gaussian()
     rns = rnshmc.RNSHMC(model, **POOR).sample(500, tune=300, chains=2, rng=7, progress=False)
     frozen = rnshmc.ARNSHMC(model, freeze_after=0, **POOR).sample(500, tune=300, chains=2,
@@ -70,7 +57,7 @@ def test_frozen_adaptation_reproduces_rns_hmc():
 
 
 @pytest.mark.filterwarnings("ignore:.*under a third of the exploration")
-def test_installs_vanish_and_stop_when_frozen():
+def test_installs_vanish_and_stop_when_frozen(correlated_gaussian):
     model, _, _ = correlated_gaussian()
     res = rnshmc.ARNSHMC(model, **POOR).sample(4000, tune=300, rng=3, progress=False)
     installed = res.installed[0]
@@ -87,7 +74,7 @@ def test_installs_vanish_and_stop_when_frozen():
 
 @pytest.mark.filterwarnings("ignore:.*under a third of the exploration")
 @pytest.mark.parametrize("seed", [0, 1])
-def test_learning_raises_acceptance_over_a_poor_start(seed):
+def test_learning_raises_acceptance_over_a_poor_start(seed, correlated_gaussian):
     model, _, _ = correlated_gaussian()
     kwargs = dict(POOR, n_hidden=40)
     rns = rnshmc.RNSHMC(model, **kwargs).sample(3000, tune=300, rng=seed, progress=False)
@@ -96,7 +83,7 @@ def test_learning_raises_acceptance_over_a_poor_start(seed):
     assert arns.accepted[0, late].mean() > rns.accepted[0, late].mean() + 0.05
 
 
-def test_bad_arguments():
+def test_bad_arguments(correlated_gaussian):
     model, _, _ = correlated_gaussian()
     with pytest.raises(ValueError, match="ridge"):
         rnshmc.ARNSHMC(model, ridge=0.0)

@@ -7,15 +7,7 @@ import numpy as np
 import pytest
 
 import rnshmc
-from rnshmc.models import Gaussian
 
-
-def correlated_gaussian(dim=4, seed=0):
-    rng = np.random.default_rng(seed)
-    A = rng.standard_normal((dim, dim))
-    cov = A @ A.T / dim + 0.2 * np.eye(dim)
-    mean = rng.standard_normal(dim)
-    return Gaussian(mean, covariance=cov), mean, cov
 
 
 # a deliberately poor surrogate: 15 units fitted to 60 states (acceptance 0.5-0.7 instead of
@@ -26,7 +18,7 @@ POOR = dict(n_hidden=15, n_train=60, gradient_weight=0.0, whiten=False, n_steps=
 @pytest.mark.filterwarnings("ignore:.*under a third of the exploration")
 @pytest.mark.parametrize("delayed", [False, True])
 @pytest.mark.parametrize("seed", [1, 2])
-def test_exact_with_a_poor_surrogate(delayed, seed, check_mean, check_covariance):
+def test_exact_with_a_poor_surrogate(delayed, seed, check_mean, check_covariance, correlated_gaussian):
     model, mean, cov = correlated_gaussian()
     sampler = rnshmc.RNSHMC(model, delayed_acceptance=delayed, **POOR)
     res = sampler.sample(20000, tune=400, chains=2, rng=seed, progress=False)
@@ -37,7 +29,7 @@ def test_exact_with_a_poor_surrogate(delayed, seed, check_mean, check_covariance
 
 
 @pytest.mark.filterwarnings("ignore:.*under a third of the exploration")
-def test_power_the_surrogate_alone_is_wrong():
+def test_power_the_surrogate_alone_is_wrong(correlated_gaussian):
     """The exactness test above has something to catch: the surrogate's own distribution (HMC
     on z, no exact test) is far from the target — for these poor fits it is not even
     normalisable, and its chain drifts away by many posterior standard deviations."""
@@ -55,7 +47,7 @@ def test_power_the_surrogate_alone_is_wrong():
 @pytest.mark.filterwarnings("ignore:.*under a third of the exploration")
 @pytest.mark.parametrize("delayed", [False, True])
 @pytest.mark.parametrize("seed", [3, 4, 5])
-def test_exact_with_a_poor_surrogate_more_seeds(delayed, seed, check_mean, check_covariance):
+def test_exact_with_a_poor_surrogate_more_seeds(delayed, seed, check_mean, check_covariance, correlated_gaussian):
     model, mean, cov = correlated_gaussian(dim=6, seed=seed)
     res = rnshmc.RNSHMC(model, delayed_acceptance=delayed, nodes="rbf", n_hidden=20,
                         n_train=80, n_steps=8).sample(40000, tune=500, chains=2, rng=seed,
@@ -79,7 +71,7 @@ def test_good_surrogate_on_logistic_regression_matches_hmc():
     assert np.all(np.abs(diff / se) < 4.5), diff / se
 
 
-def test_phases_and_counters():
+def test_phases_and_counters(correlated_gaussian):
     model, mean, cov = correlated_gaussian()
     draws, tune = 500, 300
     sampler = rnshmc.RNSHMC(model, n_hidden=50, step_size=0.3, n_steps=6)
@@ -106,7 +98,7 @@ def test_phases_and_counters():
 
 
 @pytest.mark.filterwarnings("ignore:.*under a third of the exploration")
-def test_delayed_acceptance_saves_exact_evaluations():
+def test_delayed_acceptance_saves_exact_evaluations(correlated_gaussian):
     """Proposals the surrogate rejects cost no exact evaluation; the exact count is the number
     of stage-1 acceptances (at least the accepted draws)."""
     model, _, _ = correlated_gaussian()
@@ -116,7 +108,7 @@ def test_delayed_acceptance_saves_exact_evaluations():
     assert res.accepted.sum() <= evals < 3000
 
 
-def test_training_window_options():
+def test_training_window_options(correlated_gaussian):
     model, _, _ = correlated_gaussian()
     res = rnshmc.RNSHMC(model, n_hidden=30, n_explore=200, n_train=50, step_size=0.3,
                         n_steps=1, jitter=False).sample(100, tune=999, rng=0, progress=False)
@@ -128,7 +120,7 @@ def test_training_window_options():
         rnshmc.RNSHMC(model).sample(10, tune=1, progress=False)
 
 
-def test_trust_warning_when_acceptance_collapses():
+def test_trust_warning_when_acceptance_collapses(correlated_gaussian):
     model, _, _ = correlated_gaussian()
     with pytest.warns(RuntimeWarning, match="under a third of the exploration"):
         rnshmc.RNSHMC(model, n_hidden=8, n_train=50, gradient_weight=0.0, whiten=False,
@@ -139,7 +131,7 @@ def test_trust_warning_when_acceptance_collapses():
         rnshmc.RNSHMC(model, n_hidden=100).sample(1000, tune=400, rng=1, progress=False)
 
 
-def test_reproducible_and_thread_pool_equals_serial():
+def test_reproducible_and_thread_pool_equals_serial(correlated_gaussian):
     model, _, _ = correlated_gaussian()
     sampler = rnshmc.RNSHMC(model, n_hidden=40, delayed_acceptance=True)
     a = sampler.sample(300, tune=200, chains=2, rng=7, progress=False)
@@ -150,7 +142,7 @@ def test_reproducible_and_thread_pool_equals_serial():
     np.testing.assert_array_equal(a.samples, c.samples)
 
 
-def test_result_saves_and_loads(tmp_path):
+def test_result_saves_and_loads(tmp_path, correlated_gaussian):
     model, _, _ = correlated_gaussian()
     res = rnshmc.RNSHMC(model, n_hidden=20).sample(100, tune=100, rng=0, progress=False)
     path = tmp_path / "rns.npz"
@@ -164,7 +156,7 @@ def test_result_saves_and_loads(tmp_path):
 @pytest.mark.parametrize("kwargs", [dict(n_hidden=0), dict(nodes="mlp"), dict(ridge=-1),
                                     dict(gradient_weight=-1.0), dict(surrogate_n_steps=0),
                                     dict(n_explore=1), dict(n_train=0), dict(step_size=-0.1)])
-def test_bad_options(kwargs):
+def test_bad_options(kwargs, correlated_gaussian):
     model, _, _ = correlated_gaussian()
     with pytest.raises(ValueError):
         rnshmc.RNSHMC(model, **kwargs)
@@ -176,7 +168,7 @@ def test_needs_a_gradient():
         rnshmc.RNSHMC(target)
 
 
-def test_automatic_trajectory_length():
+def test_automatic_trajectory_length(correlated_gaussian):
     model, _, _ = correlated_gaussian()
     res = rnshmc.RNSHMC(model, n_hidden=60, n_steps=2, surrogate_n_steps="auto").sample(
         300, tune=300, chains=2, rng=0, progress=False)
@@ -191,17 +183,12 @@ def test_automatic_trajectory_length():
 @pytest.mark.filterwarnings("ignore:.*under a third of the exploration")
 @pytest.mark.parametrize("delayed", [False, True])
 @pytest.mark.parametrize("seed", [0, 1])
-def test_exact_on_a_skewed_target_with_a_poor_surrogate(delayed, seed, mcse_z):
+def test_exact_on_a_skewed_target_with_a_poor_surrogate(delayed, seed, mcse_z, log_gamma_target):
     """Two independent log-Gamma(2) coordinates (skewed; a symmetric target could hide a
     sign error): means, variances and a tail probability within MCSE with a poor surrogate."""
     from scipy import special, stats
     shape = 2.0
-
-    def logp_and_grad(q):
-        e = np.exp(q)
-        return float(np.sum(shape * q - e)), shape - e
-
-    target = rnshmc.Target(None, logp_and_grad=logp_and_grad, dim=2)
+    target = log_gamma_target(shape, dim=2)
     res = rnshmc.RNSHMC(target, n_hidden=5, n_train=30, gradient_weight=0.0, whiten=False,
                         n_steps=6, delayed_acceptance=delayed).sample(
         20000, tune=300, chains=2, rng=seed, init=np.zeros(2), progress=False)
