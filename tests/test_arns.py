@@ -92,3 +92,17 @@ def test_bad_arguments(correlated_gaussian):
         rnshmc.ARNSHMC(model, adaptation_rate=0.5)
     with pytest.raises(ValueError):
         rnshmc.ARNSHMC(model, freeze_after=-1)
+
+
+def test_thread_and_process_pools_give_the_serial_draws():
+    """Each chain's online estimator and install stream travel with its state."""
+    from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+    model = rnshmc.models.Gaussian(np.zeros(3), covariance=np.eye(3))
+    sampler = rnshmc.ARNSHMC(model, n_hidden=30, n_steps=5)
+    serial = sampler.sample(300, tune=200, chains=2, rng=1, progress=False)
+    assert np.all(serial.n_installs > 0)
+    for executor in (ThreadPoolExecutor, ProcessPoolExecutor):
+        with executor(2) as pool:
+            pooled = sampler.sample(300, tune=200, chains=2, rng=1, progress=False, pool=pool)
+        np.testing.assert_array_equal(pooled.samples, serial.samples)
+        np.testing.assert_array_equal(pooled.installed, serial.installed)
