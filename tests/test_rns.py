@@ -199,3 +199,24 @@ def test_exact_on_a_skewed_target_with_a_poor_surrogate(delayed, seed, mcse_z, l
     truth = np.repeat([m, special.polygamma(1, shape), stats.gamma(shape).sf(np.e)], 2)
     z, tol = mcse_z(functions, truth)
     assert np.all(np.abs(z) < tol), z
+
+
+@pytest.mark.filterwarnings("ignore:.*under a third of the exploration")
+@pytest.mark.parametrize("seed", [0, 1])
+def test_training_on_whole_trajectories(seed, check_mean, check_covariance, correlated_gaussian):
+    """training_data="trajectories": the fit uses every step of the training window's
+    non-diverging trajectories (more points than states, no extra evaluations counted), and
+    the chain stays exact."""
+    model, mean, cov = correlated_gaussian()
+    kwargs = dict(n_hidden=40, n_train=60, n_steps=8)
+    states = rnshmc.RNSHMC(model, **kwargs).sample(200, tune=300, chains=2, rng=seed,
+                                                   progress=False)
+    res = rnshmc.RNSHMC(model, training_data="trajectories", **kwargs).sample(
+        6000, tune=300, chains=2, rng=seed, progress=False)
+    assert np.all(res.n_train > 3 * 60)
+    np.testing.assert_array_equal(res.n_density_evals_explore, states.n_density_evals_explore)
+    np.testing.assert_array_equal(res.n_gradient_evals, states.n_gradient_evals)
+    check_mean(res.samples, mean)
+    check_covariance(res.samples, mean, cov)
+    with pytest.raises(ValueError, match="training_data"):
+        rnshmc.RNSHMC(model, training_data="steps")

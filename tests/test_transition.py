@@ -266,3 +266,52 @@ def test_energy_error_of_one_step_leaves_the_chain_alone(harmonic_target, make_c
     assert chain.step_size == 0.25
     np.testing.assert_array_equal(chain.position, before["position"])
     assert chain.n_gradient_evals == before["n_gradient_evals"] + 1
+
+
+def test_trajectory_record_holds_every_step_and_changes_nothing():
+    """Chain.run(trajectory=...) records each leapfrog step's (q, U, grad U), exactly the
+    model's values, without changing the draws or the evaluation counts; it stops at the
+    buffer's end, and trajectory_ends tells where each transition's rows end."""
+    import rnshmc
+    from rnshmc._kernels._integrators import GeneralizedLeapfrog
+    from rnshmc._kernels._riemann import CallableMetric
+    X, y, _ = rnshmc.datasets.simulated_logistic(n=400, dim=3, rng=0)
+    model = rnshmc.models.LogisticRegression(X, y)
+
+    def run(rows=None, n_iter=40):
+        chain = Chain(model._ctarget, None, EuclideanMetric(3, np.ones(3)), Leapfrog())
+        chain.set_position(np.zeros(3))
+        chain.step_size = 0.05
+        samples, records = np.empty((n_iter, 3)), np.empty(n_iter, TRANSITION)
+        record = None if rows is None else np.full((rows, 7), np.nan)
+        ends = None if rows is None else np.zeros(n_iter, dtype=np.intp)
+        chain.run(np.random.default_rng(0), n_iter, 8, True, samples, records,
+                  trajectory=record, trajectory_ends=ends)
+        return samples, records, record, ends, chain
+
+    plain, plain_records, _, _, plain_chain = run()
+    samples, records, record, ends, chain = run(rows=400)
+    np.testing.assert_array_equal(samples, plain)
+    assert (chain.n_density_evals, chain.n_gradient_evals) == (plain_chain.n_density_evals,
+                                                               plain_chain.n_gradient_evals)
+    assert chain.trajectory_rows == records["n_steps"].sum() == ends[-1]
+    np.testing.assert_array_equal(ends, np.cumsum(records["n_steps"]))
+    for row in record[:chain.trajectory_rows:7]:
+        U, grad = model.potential_and_gradient(row[:3])
+        assert row[3] == U and np.array_equal(row[4:], grad)
+    # accepted states are the last step of their trajectory
+    accepted = np.flatnonzero(records["accepted"])
+    np.testing.assert_array_equal(record[ends[accepted] - 1, :3], samples[accepted])
+    # a short buffer fills up and no more
+    _, _, short, short_ends, short_chain = run(rows=25)
+    assert short_chain.trajectory_rows == 25 and short_ends[-1] == 25
+    np.testing.assert_array_equal(short, record[:25])
+    # the generalized leapfrog does not record
+    riemann = Chain(model._ctarget, None, CallableMetric(3, lambda q: np.eye(3),
+                                                         lambda q: np.zeros((3, 3, 3))),
+                    GeneralizedLeapfrog(3))
+    riemann.set_position(np.zeros(3))
+    riemann.step_size = 0.05
+    with pytest.raises(ValueError, match="only the leapfrog"):
+        riemann.run(np.random.default_rng(0), 2, 2, False, np.empty((2, 3)),
+                    np.empty(2, TRANSITION), trajectory=np.empty((10, 7)))

@@ -26,7 +26,11 @@ cdef class Integrator:
                  TrajectoryInfo* info) except -1 nogil
 
 cdef class Leapfrog(Integrator):
-    pass
+    # optional record of every step: rows of (q, U(q), grad U(q)), 2 dim + 1 doubles each (the
+    # potential is then evaluated with the gradient at every step); NULL: no record
+    cdef double* record
+    cdef Py_ssize_t record_capacity    # rows
+    cdef Py_ssize_t record_count       # rows written
 
 
 cdef class GeneralizedLeapfrog(Integrator):

@@ -26,7 +26,12 @@ cdef class Integrator:
 
 
 cdef class Leapfrog(Integrator):
-    """Explicit, symplectic, time-reversible with the momentum flip: log-Jacobian 0."""
+    """Explicit, symplectic, time-reversible with the momentum flip: log-Jacobian 0.
+
+    With a record set (by the chain: ``Chain.run(..., trajectory=...)``) every step evaluates
+    the potential with the gradient and appends (q, U, grad U) to it, while it has room: a
+    surrogate's training data from whole trajectories. The dynamics are unchanged.
+    """
 
     cdef int run(self, CTarget target, Metric metric, double* scratch, double* q, double* p,
                  double* grad, double* v, double step_size, Py_ssize_t n_steps,
@@ -36,7 +41,8 @@ cdef class Leapfrog(Integrator):
         cdef int n = <int> metric.dim
         cdef double half = 0.5 * step_size
         cdef double U = NAN
-        cdef bint last
+        cdef double* row
+        cdef bint last, recording, finite
         info.converged = True
         info.residual = 0.0
         info.iterations = 0
@@ -47,11 +53,19 @@ cdef class Leapfrog(Integrator):
             metric.kinetic_and_velocity(p, v)
             _axpy(n, step_size, v, 1, q, 1)
             last = step == n_steps - 1
-            if last and want_potential:
+            recording = self.record != NULL and self.record_count < self.record_capacity
+            if recording or (last and want_potential):
                 target.potential_and_gradient(q, &U, grad, scratch)
             else:
                 target.gradient(q, grad, scratch)
-            if not isfinite(_dot(n, grad, 1, grad, 1)) or (last and want_potential and not isfinite(U)):
+            finite = isfinite(_dot(n, grad, 1, grad, 1))
+            if recording and finite and isfinite(U):
+                row = self.record + self.record_count * (2 * n + 1)
+                memcpy(row, q, n * sizeof(double))
+                row[n] = U
+                memcpy(row + n + 1, grad, n * sizeof(double))
+                self.record_count += 1
+            if not finite or (last and want_potential and not isfinite(U)):
                 info.n_steps = step + 1
                 info.n_gradients = step + 1
                 info.diverged = True

@@ -38,7 +38,7 @@ from libc.string cimport memcpy
 
 import numpy as np
 
-from ._integrators cimport Integrator, TrajectoryInfo
+from ._integrators cimport Integrator, Leapfrog, TrajectoryInfo
 from ._metrics cimport Metric
 from ._random cimport bitgen_t, get_bitgen, random_standard_uniform, random_interval
 from ._targets cimport CTarget
@@ -130,6 +130,7 @@ cdef class Chain:
     cdef public long long n_density_evals
     cdef public long long n_gradient_evals
     cdef public long long n_solver_failures
+    cdef readonly Py_ssize_t trajectory_rows   # rows written by the last run's trajectory record
     # a Riemannian metric's evaluations (G, and its derivative terms) are counted by the metric
     # object; these offsets let a restored state continue its counts
     cdef long long metric_evals_offset
@@ -442,7 +443,8 @@ cdef class Chain:
 
     def run(self, generator, Py_ssize_t n_iter, Py_ssize_t n_steps, bint jitter,
             double[:, ::1] samples, Transition[::1] records, double[:, ::1] gradients=None,
-            bint adapt_step_size=False, bint accumulate_variance=False):
+            bint adapt_step_size=False, bint accumulate_variance=False,
+            double[:, ::1] trajectory=None, Py_ssize_t[::1] trajectory_ends=None):
         """Run ``n_iter`` transitions, writing row ``i`` of each output for transition ``i``.
 
         Outputs are preallocated by the caller (no allocation here): ``samples`` (n_iter, dim),
@@ -452,6 +454,13 @@ cdef class Chain:
         ``numpy.random.Generator`` whose bit generator is locked for the whole call.
         ``adapt_step_size`` updates the step size by dual averaging after every transition;
         ``accumulate_variance`` adds every kept position to the running variance.
+        ``trajectory`` (rows, 2 dim + 1), leapfrog only: every leapfrog step's (q, U, grad U)
+        is written to its rows in order, while they last (the potential is then evaluated with
+        the gradient at every step; no evaluation is counted twice: a model's gradient counts
+        as a density evaluation already); ``trajectory_rows`` tells how many were written,
+        and ``trajectory_ends`` (n_iter,), if given, receives the rows written up to the end of
+        each transition (a trajectory cut short by a non-finite value records fewer rows than
+        its steps).
         """
         if not self.has_state:
             raise RuntimeError("set_position must be called before run")
@@ -465,9 +474,39 @@ cdef class Chain:
             raise RuntimeError("restart_step_size_adaptation must be called before adapting")
         if n_iter == 0:
             return
+        cdef Leapfrog recorder = None
+        self.trajectory_rows = 0
+        if trajectory is not None:
+            if not isinstance(self.integrator, Leapfrog):
+                raise ValueError("only the leapfrog records trajectories")
+            if trajectory.shape[1] != 2 * self.dim + 1:
+                raise ValueError(f"trajectory must have {2 * self.dim + 1} columns")
+            recorder = <Leapfrog> self.integrator
+            if trajectory.shape[0] > 0:
+                recorder.record = &trajectory[0, 0]
+            recorder.record_capacity = trajectory.shape[0]
+            recorder.record_count = 0
+        cdef Py_ssize_t* ends = NULL
+        if trajectory_ends is not None:
+            if recorder is None or trajectory_ends.shape[0] < n_iter:
+                raise ValueError("trajectory_ends needs a trajectory and n_iter entries")
+            ends = &trajectory_ends[0]
         bit_generator = generator.bit_generator
         cdef bitgen_t* bitgen = get_bitgen(bit_generator)
         cdef double* gradient_rows = NULL if gradients is None else &gradients[0, 0]
+        try:
+            self.run_loop(bit_generator, bitgen, n_iter, n_steps, jitter, samples, records,
+                          gradient_rows, adapt_step_size, accumulate_variance, ends)
+        finally:
+            if recorder is not None:
+                self.trajectory_rows = recorder.record_count
+                recorder.record = NULL
+                recorder.record_capacity = recorder.record_count = 0
+
+    cdef int run_loop(self, object bit_generator, bitgen_t* bitgen, Py_ssize_t n_iter,
+                      Py_ssize_t n_steps, bint jitter, double[:, ::1] samples,
+                      Transition[::1] records, double* gradient_rows, bint adapt_step_size,
+                      bint accumulate_variance, Py_ssize_t* ends) except -1:
         cdef Py_ssize_t it
         with bit_generator.lock, nogil:
             for it in range(n_iter):
@@ -479,6 +518,9 @@ cdef class Chain:
                     self.step_size = dual_averaging_update(&self.da, records[it].accept_prob)
                 if accumulate_variance:
                     self.add_to_variance()
+                if ends != NULL:
+                    ends[it] = (<Leapfrog> self.integrator).record_count
+        return 0
 
     def energy_error_of_one_step(self, generator, double step_size):
         """Energy error H(end) - H(start) of a single step with a fresh momentum.

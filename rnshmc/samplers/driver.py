@@ -45,7 +45,9 @@ class Phase(NamedTuple):
         sampler's settings say).
     keep : tuple of str
         Outputs kept for every iteration: "samples", "records", "gradients" (the dynamics
-        gradient at each state: training data). Others go to reused chunk buffers.
+        gradient at each state: training data), "trajectory" (every leapfrog step's (q, U,
+        grad U), with "trajectory_ends": training data from whole trajectories). Others go to
+        reused chunk buffers.
     adapt_mass : bool
         With ``adapt``, the mass matrix too (when the sampler's settings say so); False for a
         position-dependent metric, which has no mass matrix.
@@ -353,8 +355,15 @@ class ChainSampler:
         spec = self.phase_spec(name)
         dim = state.dim
         outputs = state.outputs.setdefault(name, {})
+        n_steps, jitter = self.trajectory(name, state)
         for key in spec.keep:
-            if key not in outputs:
+            if key in outputs:
+                continue
+            if key == "trajectory":  # every leapfrog step's (q, U, grad U), and where each
+                # transition's rows end
+                outputs[key] = np.zeros((n_iter * n_steps, 2 * dim + 1))
+                outputs["trajectory_ends"] = np.zeros(n_iter, dtype=np.intp)
+            else:
                 outputs[key] = (np.zeros(n_iter, TRANSITION) if key == "records"
                                 else np.zeros((n_iter, dim)))
         chunk = max(1, n_iter // CHUNKS_PER_PHASE)
@@ -366,7 +375,7 @@ class ChainSampler:
             boundaries |= set(schedule.boundaries())
         # outputs not kept go to chunk-sized scratch (a segment never exceeds a chunk)
         scratch = {"samples": np.empty((chunk, dim)), "records": np.empty(chunk, TRANSITION)}
-        n_steps, jitter = self.trajectory(name, state)
+        ends = np.empty(chunk, dtype=np.intp) if "trajectory" in outputs else None
         ran = 0
         for boundary in sorted(boundaries):
             first = state.iteration
@@ -380,8 +389,15 @@ class ChainSampler:
                     for key in ("samples", "records")}
             rows["gradients"] = outputs["gradients"][first:stop] if "gradients" in outputs else None
             accumulate = schedule is not None and schedule.in_slow_window(first)
-            chain.run(generator, n, n_steps, jitter, rows["samples"], rows["records"],
-                      rows["gradients"], adapt_step, accumulate)
+            if ends is None:
+                chain.run(generator, n, n_steps, jitter, rows["samples"], rows["records"],
+                          rows["gradients"], adapt_step, accumulate)
+            else:
+                start = outputs["trajectory_ends"][first - 1] if first > 0 else 0
+                chain.run(generator, n, n_steps, jitter, rows["samples"], rows["records"],
+                          rows["gradients"], adapt_step, accumulate,
+                          outputs["trajectory"][start:], ends[:n])
+                outputs["trajectory_ends"][first:stop] = ends[:n] + start
             state.iteration = stop
             ran += n
             if accumulate and schedule.window_end(stop - 1):

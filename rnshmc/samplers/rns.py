@@ -56,8 +56,14 @@ target_accept, max_energy_error
     n_explore : int or None
         Exploration iterations per chain. None means the ``tune`` given to :meth:`sample`.
     n_train : int or None
-        Number of final exploration states used for training. None means the papers'
+        Number of final exploration iterations used for training. None means the papers'
         protocol scaled to the exploration: its first 20% are discarded, the rest used.
+    training_data : {"states", "trajectories"}
+        What those iterations contribute to the fit: their chain states (the papers'; repeated
+        rows from rejections included), or every leapfrog step of their trajectories with its
+        exact potential and gradient (the exploration computes the gradient at every step
+        anyway; the potential then comes with it, and for a model a gradient evaluation is
+        counted as a density evaluation already, so no evaluation is added).
     delayed_acceptance : bool
         Two-stage Metropolis test (Christen and Fox 2005): stage 1 on the surrogate's energy,
         stage 2 on the true one only for proposals that pass stage 1. Exact as well.
@@ -82,7 +88,8 @@ target_accept, max_energy_error
 
     def __init__(self, target, n_hidden=1000, nodes="additive", activation="softplus",
                  ridge=1e-6, step_size=None, n_steps=10, jitter=True, n_explore=None,
-                 n_train=None, delayed_acceptance=False, whiten=True, gradient_weight=1.0,
+                 n_train=None, training_data="states", delayed_acceptance=False, whiten=True,
+                 gradient_weight=1.0,
                  weight_scale=None, surrogate_n_steps=None, mass_matrix=None,
                  inverse_mass_matrix=None, adapt_mass_matrix=None, target_accept=0.8,
                  max_energy_error=1000.0):
@@ -111,6 +118,10 @@ target_accept, max_energy_error
         self.n_explore = None if n_explore is None else check_integer(n_explore, "n_explore", 2)
         self.n_train = None if n_train is None else check_integer(n_train, "n_train", 1)
         self.delayed_acceptance = bool(delayed_acceptance)
+        if training_data not in ("states", "trajectories"):
+            raise ValueError(f"training_data must be 'states' or 'trajectories', got "
+                             f"{training_data!r}")
+        self.training_data = training_data
 
     def sample(self, draws=1000, tune=1000, chains=1, rng=None, init=None, progress=True,
                pool=None):
@@ -157,7 +168,10 @@ target_accept, max_energy_error
         return [["exploration", n_explore], ["training", 0], ["sampling", draws]]
 
     def phase_spec(self, name):
-        return self.PHASES[name]
+        spec = self.PHASES[name]
+        if name == "exploration" and self.training_data == "trajectories":
+            spec = spec._replace(keep=spec.keep + ("trajectory",))
+        return spec
 
     def make_chain(self, name, state, ctarget):
         if name == "exploration":
@@ -203,10 +217,22 @@ target_accept, max_energy_error
                 "longer exploration, or let the exploration adapt (step_size=None).")
         surrogate = RandomNetworkSurrogate(state.dim, rng=generator.spawn(1)[0],
                                            **self.surrogate_options)
-        gradients = history["gradients"][window] if self.gradient_weight > 0 else None
-        surrogate.fit(history["samples"][window], -history["records"]["log_density"][window],
-                      gradients=gradients, gradient_weight=self.gradient_weight,
-                      online=self.ONLINE)
+        if self.training_data == "trajectories":
+            # the steps of the window's trajectories, except those of diverging ones (whose
+            # far-out points would dominate the least-squares fit)
+            ends = history["trajectory_ends"]
+            starts = np.concatenate([[0], ends[:-1]])
+            keep = np.zeros(len(history["trajectory"]), dtype=bool)
+            for i in np.flatnonzero(~history["records"]["diverging"][window].astype(bool)):
+                keep[starts[window.start + i]:ends[window.start + i]] = True
+            rows = history["trajectory"][keep]
+            d = state.dim
+            Q, U, G = rows[:, :d], rows[:, d], rows[:, d + 1:]
+        else:
+            Q, U = history["samples"][window], -history["records"]["log_density"][window]
+            G = history["gradients"][window]
+        surrogate.fit(Q, U, gradients=G if self.gradient_weight > 0 else None,
+                      gradient_weight=self.gradient_weight, online=self.ONLINE)
         state.extras["surrogate"] = surrogate.get_state()
         self._fitted(state, surrogate)
         state.extras["exploration_acceptance_rate"] = float(accepted.mean())
