@@ -53,6 +53,8 @@ cdef class GeneralizedLeapfrog(Integrator):
     cdef int velocity_derivatives(self, RiemannianMetric g, const double* v) except -1 nogil
     cdef int newton_step(self, RiemannianMetric g, double* x, const double* v, double sign,
                          double half) except -1 nogil
+    cdef int advance(self, RiemannianMetric g, double* current, const double* v, double sign,
+                     double half, TrajectoryInfo* info, double* relative) except -1 nogil
     cdef void metric_failed(self, int status, TrajectoryInfo* info) noexcept nogil
     cdef int momentum_update(self, RiemannianMetric g, const double* start, double* p,
                              const double* grad, double* v, double half) except -1 nogil

@@ -190,6 +190,34 @@ cdef class GeneralizedLeapfrog(Integrator):
             x[k] -= self.probe[k]
         return 0
 
+    cdef int advance(self, RiemannianMetric g, double* current, const double* v, double sign,
+                     double half, TrajectoryInfo* info, double* relative) except -1 nogil:
+        """One iteration of an implicit solve, with self.x holding the map's image of
+        ``current`` (the momentum equation: sign -1; the position one: +1): count it and
+        return 1 (converged: current = x), 2 (stop: diverged, or a singular Newton system;
+        ``info`` says which) or 0 (current moved on by a fixed-point or Newton step).
+        ``relative`` gets the change relative to 1 + |x| (the solve's residual)."""
+        cdef Py_ssize_t d = self.dim
+        cdef double change = distance(d, self.x, current)
+        cdef double size = sqrt(_dot(<int> d, self.x, 1, self.x, 1))
+        info.iterations += 1
+        if not isfinite(change + size):
+            info.diverged = True
+            return 2
+        relative[0] = change / (1.0 + size)
+        if self.tol >= 0.0 and change <= self.tol * (1.0 + size):
+            memcpy(current, self.x, d * sizeof(double))
+            return 1
+        if not self.newton:
+            memcpy(current, self.x, d * sizeof(double))
+            return 0
+        if sign > 0.0:  # the position equation's Jacobian needs the derivatives at current
+            g.update_derivatives()
+        if self.newton_step(g, current, v, sign, half) != 0:
+            info.converged = False
+            return 2
+        return 0
+
     cdef void metric_failed(self, int status, TrajectoryInfo* info) noexcept nogil:
         # an undefined metric (status 1) is a divergence; an indefinite one (2) fails the step
         # like an unconverged solve: a counted rejection, reported by the samplers
@@ -221,8 +249,8 @@ cdef class GeneralizedLeapfrog(Integrator):
                             Py_ssize_t n_steps, bint want_potential, double* U_end,
                             double* kinetic_end, TrajectoryInfo* info) except -1 nogil:
         cdef Py_ssize_t step, k, i, d = self.dim
-        cdef int status
-        cdef double half = 0.5 * step_size, U = NAN, change, size, relative
+        cdef int status, outcome
+        cdef double half = 0.5 * step_size, U = NAN, relative = 0.0
         cdef bint last, converged, checked = self.tol >= 0.0
         cdef size_t bytes = d * sizeof(double)
         info.converged = True
@@ -241,22 +269,12 @@ cdef class GeneralizedLeapfrog(Integrator):
             converged = False
             for k in range(self.max_iterations):
                 self.momentum_update(g, self.p0, p, grad, v, half)
-                change = distance(d, self.x, p)
-                size = sqrt(_dot(<int> d, self.x, 1, self.x, 1))
-                info.iterations += 1
-                if not isfinite(change + size):
-                    info.diverged = True
+                outcome = self.advance(g, p, v, -1.0, half, info, &relative)
+                if outcome == 2:
                     return 0
-                if checked and change <= self.tol * (1.0 + size):
-                    memcpy(p, self.x, bytes)
+                if outcome == 1:
                     converged = True
                     break
-                if not self.newton:
-                    memcpy(p, self.x, bytes)
-                elif self.newton_step(g, p, v, -1.0, half) != 0:
-                    info.converged = False
-                    return 0
-            relative = change / (1.0 + size)
             info.residual = max(info.residual, relative)
             if checked and not converged:
                 info.converged = False
@@ -275,24 +293,13 @@ cdef class GeneralizedLeapfrog(Integrator):
                 g.velocity(p, v)
                 for i in range(d):
                     self.x[i] = self.q0[i] + half * (self.v0[i] + v[i])
-                change = distance(d, self.x, q)
-                size = sqrt(_dot(<int> d, self.x, 1, self.x, 1))
-                info.iterations += 1
-                if not isfinite(change + size):
-                    info.diverged = True
+                outcome = self.advance(g, q, v, 1.0, half, info, &relative)
+                if outcome == 2:
                     return 0
-                if checked and change <= self.tol * (1.0 + size):
-                    memcpy(q, self.x, bytes)
+                if outcome == 1:
                     converged = True
                     break
-                if not self.newton:
-                    memcpy(q, self.x, bytes)
-                else:
-                    g.update_derivatives()
-                    if self.newton_step(g, q, v, 1.0, half) != 0:
-                        info.converged = False
-                        return 0
-            info.residual = max(info.residual, change / (1.0 + size))
+            info.residual = max(info.residual, relative)
             if checked and not converged:
                 info.converged = False
                 return 0
