@@ -37,13 +37,13 @@ column then shows each row's length), --methods picks rows.
 """
 import argparse
 import os
-import time
 from pathlib import Path
 
 import numpy as np
 
 import rnshmc
-from rnshmc.experiments import compare, find_mode, format_table
+from rnshmc import experiments
+from rnshmc.experiments import compare, format_table
 
 SETTINGS = dict(step_size=0.16, n_steps=10, n_hidden=1000, ridge=1e-7,
                 rm_step_size=0.8, rm_n_steps=3)
@@ -99,39 +99,13 @@ def samplers_for(model, extra_rows=True, methods=("hmc", "rns-hmc"), softabs=Non
 
 
 def rmhmc_run_settings(model, samplers, args, out=print):
-    """compare()'s per-row overrides of the RMHMC row: its own lengths and starting point."""
-    if "RMHMC" not in samplers:
-        return {}
-    settings = {}
-    if args.rmhmc_draws is not None:
-        settings["draws"] = args.rmhmc_draws
-    if args.rmhmc_tune is not None:
-        settings["tune"] = args.rmhmc_tune
-    if args.rmhmc_init == "mode":
-        start = time.perf_counter()
-        mode, info = find_mode(model, model.gauss_newton_metric)
-        out(f"  RMHMC starts at the posterior mode: Gauss-Newton, {info['iterations']} "
-            f"iterations, {time.perf_counter() - start:.2f} s, U = {info['potential']:.2f}"
-            f"{'' if info['converged'] else ' (NOT converged)'}")
-        settings["init"] = mode
-    return {"RMHMC": settings}
+    """compare()'s per-row overrides of the RMHMC row (shared with benchmarks/bench_rmhmc.py)."""
+    return experiments.rmhmc_run_settings(model, samplers, args, model.gauss_newton_metric, "Gauss-Newton", out)
 
 
 def add_rmhmc_arguments(parser):
     """--methods and the RMHMC rows' options (shared with benchmarks/bench_rmhmc.py)."""
-    parser.add_argument("--methods", nargs="+", default=list(METHODS), type=str.lower,
-                        choices=METHODS, help="rows to run (default all; the first one is "
-                        "the reference of the speed-ups)")
-    parser.add_argument("--rmhmc-draws", type=int, default=None,
-                        help="draws of the RMHMC row (default --draws)")
-    parser.add_argument("--rmhmc-tune", type=int, default=None,
-                        help="burn-in of the RMHMC row (default --tune)")
-    parser.add_argument("--rmhmc-init", choices=("mode", "zero"), default="zero",
-                        help="RMHMC's starting point: q = 0 like the other rows (default) or "
-                        "the posterior mode")
-    parser.add_argument("--softabs", type=float, default=None,
-                        help="SoftAbs sharpness of RNS-RMHMC's surrogate metric (default none, "
-                        "as in the papers: the run fails where it is not positive definite)")
+    experiments.add_rmhmc_arguments(parser, METHODS, default_init="zero")
 
 
 def print_details(rows, results, out=print):

@@ -45,12 +45,12 @@ comparable, with a noisier ESS; a "draws" column then shows each row's length):
     python examples/logistic_regression.py --data a9a --methods hmc rns-hmc rns-rmhmc
 """
 import argparse
-import time
 
 import numpy as np
 
 import rnshmc
-from rnshmc.experiments import compare, find_mode, format_table
+from rnshmc import experiments
+from rnshmc.experiments import compare, format_table
 
 # step size, leapfrog steps (jittered), hidden units, ridge, and the generalized leapfrog's
 # step size and steps (fixed): the table in algorithms.md
@@ -112,40 +112,13 @@ def samplers_for(model, settings, delayed=False, methods=("hmc", "rns-hmc"), sof
 
 
 def rmhmc_run_settings(model, samplers, args, out=print):
-    """compare()'s per-row overrides of the RMHMC row: its own lengths and starting point."""
-    if "RMHMC" not in samplers:
-        return {}
-    settings = {}
-    if args.rmhmc_draws is not None:
-        settings["draws"] = args.rmhmc_draws
-    if args.rmhmc_tune is not None:
-        settings["tune"] = args.rmhmc_tune
-    if args.rmhmc_init == "mode":
-        start = time.perf_counter()
-        mode, info = find_mode(model, model.fisher_metric)
-        out(f"  RMHMC starts at the posterior mode: Newton with the Fisher metric, "
-            f"{info['iterations']} iterations, {time.perf_counter() - start:.2f} s, "
-            f"U = {info['potential']:.2f}{'' if info['converged'] else ' (NOT converged)'}")
-        settings["init"] = mode
-    return {"RMHMC": settings}
+    """compare()'s per-row overrides of the RMHMC row (shared with benchmarks/bench_rmhmc.py)."""
+    return experiments.rmhmc_run_settings(model, samplers, args, model.fisher_metric, "Newton with the Fisher metric", out)
 
 
 def add_rmhmc_arguments(parser):
     """--methods and the RMHMC rows' options (shared with benchmarks/bench_rmhmc.py)."""
-    parser.add_argument("--methods", nargs="+", default=list(METHODS), type=str.lower,
-                        choices=METHODS, help="rows to run (default all; the first one is "
-                        "the reference of the speed-ups)")
-    parser.add_argument("--rmhmc-draws", type=int, default=None,
-                        help="draws of the RMHMC row (default --draws)")
-    parser.add_argument("--rmhmc-tune", type=int, default=None,
-                        help="burn-in of the RMHMC row (default --tune)")
-    parser.add_argument("--rmhmc-init", choices=("mode", "zero"), default="mode",
-                        help="RMHMC's starting point: the posterior mode (default) or q = 0 "
-                        "like the other rows")
-    parser.add_argument("--softabs", type=float, default=None,
-                        help="SoftAbs sharpness of RNS-RMHMC's surrogate metric (default none, "
-                        "as in the papers: the run fails where the Hessian is not positive "
-                        "definite)")
+    experiments.add_rmhmc_arguments(parser, METHODS, default_init="mode")
 
 
 def print_details(rows, results, out=print):

@@ -7,6 +7,8 @@ As in the papers, times are those of the sampling phase (after warm-up and train
 the Riemannian samplers (RMHMC, RNS-RMHMC) add the implicit solver's figures: proposals
 rejected because a fixed-point solve failed, and fixed-point iterations per leapfrog step.
 """
+import time
+
 import numpy as np
 
 __all__ = ["compare", "summarize", "format_table", "find_mode"]
@@ -214,3 +216,45 @@ def find_mode(model, metric, init=None, max_iterations=100, tol=1e-8):
         U, g = model.potential_and_gradient(q)
     return q, dict(iterations=max_iterations, potential=float(U), decrement=decrement,
                    converged=False)
+
+
+# ----------------------------------------------------------------------------------------------
+# the Table 1 examples' RMHMC rows (examples/, benchmarks/bench_rmhmc.py)
+
+def add_rmhmc_arguments(parser, methods, default_init):
+    """--methods (of ``methods``) and the RMHMC rows' options: --rmhmc-draws, --rmhmc-tune,
+    --rmhmc-init {mode, zero} (default ``default_init``), --softabs."""
+    parser.add_argument("--methods", nargs="+", default=list(methods), type=str.lower,
+                        choices=methods, help="rows to run (default all; the first one is "
+                        "the reference of the speed-ups)")
+    parser.add_argument("--rmhmc-draws", type=int, default=None,
+                        help="draws of the RMHMC row (default --draws)")
+    parser.add_argument("--rmhmc-tune", type=int, default=None,
+                        help="burn-in of the RMHMC row (default --tune)")
+    parser.add_argument("--rmhmc-init", choices=("mode", "zero"), default=default_init,
+                        help=f"RMHMC's starting point: the posterior mode or q = 0 like the "
+                        f"other rows (default {default_init})")
+    parser.add_argument("--softabs", type=float, default=None,
+                        help="SoftAbs sharpness of RNS-RMHMC's surrogate metric (default none, "
+                        "as in the papers: the run fails where it is not positive definite)")
+
+
+def rmhmc_run_settings(model, samplers, args, metric, method, out=print):
+    """:func:`compare`'s per-row overrides of the RMHMC row from those options: its own
+    lengths, and with ``--rmhmc-init mode`` a start at the posterior mode found by
+    :func:`find_mode` with ``metric`` (``method`` names it in the message)."""
+    if "RMHMC" not in samplers:
+        return {}
+    settings = {}
+    if args.rmhmc_draws is not None:
+        settings["draws"] = args.rmhmc_draws
+    if args.rmhmc_tune is not None:
+        settings["tune"] = args.rmhmc_tune
+    if args.rmhmc_init == "mode":
+        start = time.perf_counter()
+        mode, info = find_mode(model, metric)
+        out(f"  RMHMC starts at the posterior mode: {method}, {info['iterations']} iterations, "
+            f"{time.perf_counter() - start:.2f} s, U = {info['potential']:.2f}"
+            f"{'' if info['converged'] else ' (NOT converged)'}")
+        settings["init"] = mode
+    return {"RMHMC": settings}

@@ -2,7 +2,6 @@
 (Algorithm 4 of Zhang, Shahbaba and Zhao 2017)."""
 import numpy as np
 
-from ..surrogate import RandomNetworkSurrogate
 from ..validation import check_integer
 from .rns import RNSHMC
 
