@@ -14,15 +14,22 @@ the orthogonal complement of the rows' span). A new row h with target t costs O(
 After a ridge start (Theta = (H^T H + lambda I)^{-1}, Phi = 0) only the first branch runs, and
 v stays the ridge solution on all rows. Theta and Phi are stored as upper triangles and updated
 with dsymv/dsyr/dsyr2, so they are symmetric by construction; the normal matrix H^T H (+
-lambda I) and H^T T are accumulated too (one more dsyr per row) so that ``refresh`` can reset
-Theta and v from a batch solve and stop the recursion's rounding drift.
+lambda I) and H^T T are accumulated too (rows buffered and added 64 at a time by one dsyrk) so
+that ``refresh`` can reset Theta and v from a batch solve and stop the recursion's rounding
+drift.
 """
 from libc.math cimport isfinite, sqrt
 
 import numpy as np
 import scipy.linalg
 
-from ._blas cimport RowMajor, Upper, _axpy, _dot, _scal, _symv, _syr, _syr2
+from libc.string cimport memcpy
+
+from ._blas cimport RowMajor, Trans, Upper, _axpy, _dot, _gemv, _scal, _symv, _syr, _syr2, _syrk
+
+# rows buffered before they are added to the normal equations in one dsyrk
+cdef enum:
+    PENDING = 64
 
 
 cdef class OnlineLeastSquares:
@@ -48,9 +55,15 @@ cdef class OnlineLeastSquares:
     cdef readonly double tol
     cdef readonly bint tracks_null_space
     cdef bint has_normal
+    # rows not yet added to the normal equations: added PENDING rows at a time by one dsyrk
+    # (BLAS 3) instead of a dsyr pass over the s x s triangle per row
+    cdef double* pending
+    cdef double* pending_targets
+    cdef Py_ssize_t n_pending
     cdef readonly long long n_updates            # rows since the start
     cdef readonly long long n_null_space_updates  # of which by Greville's branch (c != 0)
     cdef object _arrays
+    cdef object _pending
     cdef double* v
     cdef double* theta
     cdef double* phi
@@ -92,8 +105,14 @@ cdef class OnlineLeastSquares:
         cdef double[:, ::1] vec = vectors
         self.theta, self.phi, self.normal = &sq[0, 0, 0], &sq[1, 0, 0], &sq[2, 0, 0]
         self.v, self.rhs, self.u, self.c = &vec[0, 0], &vec[1, 0], &vec[2, 0], &vec[3, 0]
+        self._pending = (np.zeros((PENDING, s)), np.zeros(PENDING))
+        cdef double[:, ::1] pending_rows = self._pending[0]
+        cdef double[::1] pending_targets = self._pending[1]
+        self.pending, self.pending_targets = &pending_rows[0, 0], &pending_targets[0]
+        self.n_pending = 0
 
     def __reduce__(self):
+        self.flush()
         squares, vectors, has_normal = self._arrays
         # (inside the class, self.theta etc. are the C pointers: use the arrays)
         return (_rebuild, (vectors[0].copy(), _symmetric(squares[0]),
@@ -150,8 +169,22 @@ cdef class OnlineLeastSquares:
             _syr(RowMajor, Upper, n, -1.0 / (1.0 + hu), self.u, 1, self.theta, n)
             _axpy(n, residual / (1.0 + hu), self.u, 1, self.v, 1)
         if self.has_normal:
-            _syr(RowMajor, Upper, n, 1.0, h, 1, self.normal, n)
-            _axpy(n, t, h, 1, self.rhs, 1)
+            memcpy(self.pending + self.n_pending * n, h, n * sizeof(double))
+            self.pending_targets[self.n_pending] = t
+            self.n_pending += 1
+            if self.n_pending == PENDING:
+                self.flush()
+
+    cdef void flush(self) noexcept nogil:
+        """Add the pending rows R and targets y to the normal equations: N += R^T R,
+        r += R^T y."""
+        cdef int n = <int> self.n_hidden, k = <int> self.n_pending
+        if k == 0:
+            return
+        _syrk(RowMajor, Upper, Trans, n, k, 1.0, self.pending, n, 1.0, self.normal, n)
+        _gemv(RowMajor, Trans, k, n, 1.0, self.pending, n, self.pending_targets, 1, 1.0,
+              self.rhs, 1)
+        self.n_pending = 0
 
     def update(self, rows, targets):
         """Add rows (k, s) with targets (k,), in order.
@@ -181,6 +214,7 @@ cdef class OnlineLeastSquares:
         squares, vectors, has_normal = self._arrays
         if not has_normal:
             return False
+        self.flush()
         normal = np.triu(squares[2]) + np.triu(squares[2], 1).T
         try:
             factor = scipy.linalg.cho_factor(normal)
@@ -213,6 +247,7 @@ cdef class OnlineLeastSquares:
     @property
     def normal(self):
         """The accumulated H^T H (+ ridge), symmetric (a copy), or None."""
+        self.flush()
         return _symmetric(self._arrays[0][2]) if self._arrays[2] else None
 
 
