@@ -54,7 +54,7 @@ from _timing import ratio_line, timed  # benchmarks/ is on sys.path
 from rnshmc._kernels._integrators import GeneralizedLeapfrog
 from rnshmc._kernels._riemann import LinearPredictorMetric
 from rnshmc._kernels._transition import TRANSITION, Chain
-from rnshmc.experiments import compare, find_mode, format_table
+from rnshmc.experiments import compare, find_mode, format_table, settings_summary
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 import elliptic_pde  # noqa: E402
@@ -103,9 +103,7 @@ def problem_samplers(problem, args):
         init = args.rmhmc_init or "mode"
         title = f"{problem}: N={model.X.shape[0]}, d={model.dim}"
     samplers = {name: sampler for name, sampler in samplers.items() if name in ROWS}
-    title += (f"; HMC/RNS-HMC eps={s['step_size']}, L={s['n_steps']} jittered; RMHMC/RNS-RMHMC "
-              f"eps={s['rm_step_size']}, L={s['rm_n_steps']} fixed; s={s['n_hidden']}, "
-              f"ridge={s['ridge']:g}; {args.tune} warm-up + {args.draws} draws; RMHMC from "
+    title += (f"; {settings_summary(s)}; {args.tune} warm-up + {args.draws} draws; RMHMC from "
               f"{'the posterior mode' if init == 'mode' else 'q = 0'}")
     print(f"\n{title}")
     example = elliptic_pde if problem == "pde" else logistic_regression

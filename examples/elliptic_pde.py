@@ -100,7 +100,8 @@ def samplers_for(model, extra_rows=True, methods=("hmc", "rns-hmc"), softabs=Non
 
 def rmhmc_run_settings(model, samplers, args, out=print):
     """compare()'s per-row overrides of the RMHMC row (shared with benchmarks/bench_rmhmc.py)."""
-    return experiments.rmhmc_run_settings(model, samplers, args, model.gauss_newton_metric, "Gauss-Newton", out)
+    return experiments.rmhmc_run_settings(model, samplers, args, model.gauss_newton_metric,
+                                          "Gauss-Newton", out)
 
 
 def add_rmhmc_arguments(parser):
@@ -116,12 +117,9 @@ def print_details(rows, results, out=print):
             out(f"  {row['method']}: min ESS per 1000 model evaluations "
                 f"{1000 / row['exact_evals_per_min_ess']:.0f}")
     for label, res in results.items():
-        if "n_implicit_failures" in res:
-            iterations = res.solver_iterations[0]
-            out(f"  {label}: fixed-point iterations per trajectory median "
-                f"{np.median(iterations):.0f}, max {iterations.max()}; "
-                f"{int(res.n_implicit_failures.sum())} implicit failures, "
-                f"{int(res.diverging.sum())} divergences in {res.samples.shape[1]} draws")
+        solver = experiments.implicit_solver_summary(label, res)
+        if solver is not None:
+            out(solver)
     auto = results.get("RNS-HMC (rnshmc, auto L)")
     if auto is not None:
         out(f"  auto L chose {auto.surrogate_n_steps[0]} steps")
@@ -139,10 +137,8 @@ def main(argv=None):
     model, problem = load(args.data)
     for seed in args.seeds:
         samplers = samplers_for(model, methods=methods, softabs=args.softabs)
-        print(f"\nelliptic PDE, {problem}, seed {seed}: HMC/RNS-HMC eps={SETTINGS['step_size']}, "
-              f"L={SETTINGS['n_steps']} jittered; RMHMC/RNS-RMHMC eps={SETTINGS['rm_step_size']}, "
-              f"L={SETTINGS['rm_n_steps']} fixed; s={SETTINGS['n_hidden']}, "
-              f"ridge={SETTINGS['ridge']:g}; {args.tune} warm-up + {args.draws} draws")
+        print(f"\nelliptic PDE, {problem}, seed {seed}: {experiments.settings_summary(SETTINGS)}; "
+              f"{args.tune} warm-up + {args.draws} draws")
         rows, results = compare(samplers, args.draws, args.tune, rng=seed,
                                 init=np.zeros(model.dim),
                                 settings=rmhmc_run_settings(model, samplers, args),

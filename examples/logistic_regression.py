@@ -113,7 +113,8 @@ def samplers_for(model, settings, delayed=False, methods=("hmc", "rns-hmc"), sof
 
 def rmhmc_run_settings(model, samplers, args, out=print):
     """compare()'s per-row overrides of the RMHMC row (shared with benchmarks/bench_rmhmc.py)."""
-    return experiments.rmhmc_run_settings(model, samplers, args, model.fisher_metric, "Newton with the Fisher metric", out)
+    return experiments.rmhmc_run_settings(model, samplers, args, model.fisher_metric,
+                                          "Newton with the Fisher metric", out)
 
 
 def add_rmhmc_arguments(parser):
@@ -131,12 +132,9 @@ def print_details(rows, results, out=print):
                     f"{res.timings['train']:.2f} s, RMS residual {res.fit_residual[0]:.3g}; "
                     f"exploration acceptance {res.exploration_acceptance_rate[0]:.2f}")
             out(line)
-        if "n_implicit_failures" in res:
-            iterations = res.solver_iterations[0]
-            out(f"  {label}: fixed-point iterations per trajectory median "
-                f"{np.median(iterations):.0f}, max {iterations.max()}; "
-                f"{int(res.n_implicit_failures.sum())} implicit failures, "
-                f"{int(res.diverging.sum())} divergences in {res.samples.shape[1]} draws")
+        solver = experiments.implicit_solver_summary(label, res)
+        if solver is not None:
+            out(solver)
 
 
 def main(argv=None):
@@ -155,10 +153,8 @@ def main(argv=None):
         model = load(name, args.seed)
         settings = PAPER_SETTINGS[name]
         samplers = samplers_for(model, settings, args.delayed, methods, args.softabs)
-        print(f"\n{name}: N={model.X.shape[0]}, d={model.dim}; HMC/RNS-HMC "
-              f"eps={settings['step_size']}, L={settings['n_steps']} jittered; RMHMC/RNS-RMHMC "
-              f"eps={settings['rm_step_size']}, L={settings['rm_n_steps']} fixed; "
-              f"s={settings['n_hidden']}, ridge={settings['ridge']:g}; {args.tune} warm-up + "
+        print(f"\n{name}: N={model.X.shape[0]}, d={model.dim}; "
+              f"{experiments.settings_summary(settings)}; {args.tune} warm-up + "
               f"{args.draws} draws")
         rows, results = compare(samplers, args.draws, args.tune, rng=args.seed,
                                 init=np.zeros(model.dim), progress=args.progress,

@@ -258,3 +258,23 @@ def rmhmc_run_settings(model, samplers, args, metric, method, out=print):
             f"{'' if info['converged'] else ' (NOT converged)'}")
         settings["init"] = mode
     return {"RMHMC": settings}
+
+
+def settings_summary(settings):
+    """The papers' Table 1 settings of one problem as one line of text (``settings``: a dict
+    with step_size, n_steps, rm_step_size, rm_n_steps, n_hidden, ridge)."""
+    return (f"HMC/RNS-HMC eps={settings['step_size']}, L={settings['n_steps']} jittered; "
+            f"RMHMC/RNS-RMHMC eps={settings['rm_step_size']}, L={settings['rm_n_steps']} fixed; "
+            f"s={settings['n_hidden']}, ridge={settings['ridge']:g}")
+
+
+def implicit_solver_summary(label, result):
+    """One line on a generalized-leapfrog result's implicit solves (None for other results):
+    iterations per trajectory, implicit failures and divergences."""
+    if "n_implicit_failures" not in result:
+        return None
+    iterations = result.solver_iterations[0]
+    return (f"  {label}: fixed-point iterations per trajectory median "
+            f"{np.median(iterations):.0f}, max {iterations.max()}; "
+            f"{int(result.n_implicit_failures.sum())} implicit failures, "
+            f"{int(result.diverging.sum())} divergences in {result.samples.shape[1]} draws")

@@ -100,7 +100,7 @@ cdef class OnlineLeastSquares:
         self.tol = tol
         self.tracks_null_space = phi is not None
         self.has_normal = normal is not None
-        self._arrays = (squares, vectors, normal is not None)
+        self._arrays = (squares, vectors)
         cdef double[:, :, ::1] sq = squares
         cdef double[:, ::1] vec = vectors
         self.theta, self.phi, self.normal = &sq[0, 0, 0], &sq[1, 0, 0], &sq[2, 0, 0]
@@ -113,12 +113,12 @@ cdef class OnlineLeastSquares:
 
     def __reduce__(self):
         self.flush()
-        squares, vectors, has_normal = self._arrays
+        squares, vectors = self._arrays
         # (inside the class, self.theta etc. are the C pointers: use the arrays)
         return (_rebuild, (vectors[0].copy(), _symmetric(squares[0]),
                            _symmetric(squares[1]) if self.tracks_null_space else None,
-                           _symmetric(squares[2]) if has_normal else None,
-                           vectors[1].copy() if has_normal else None, self.tol,
+                           _symmetric(squares[2]) if self.has_normal else None,
+                           vectors[1].copy() if self.has_normal else None, self.tol,
                            self.n_updates, self.n_null_space_updates))
 
     @classmethod
@@ -211,8 +211,8 @@ cdef class OnlineLeastSquares:
         discarding the recursion's rounding drift. Returns False (nothing changed) if there
         are none or they are not positive definite (rows not yet spanning the hidden space
         without a ridge: Phi is still tracked then)."""
-        squares, vectors, has_normal = self._arrays
-        if not has_normal:
+        squares, vectors = self._arrays
+        if not self.has_normal:
             return False
         self.flush()
         normal = np.triu(squares[2]) + np.triu(squares[2], 1).T
@@ -248,7 +248,7 @@ cdef class OnlineLeastSquares:
     def normal(self):
         """The accumulated H^T H (+ ridge), symmetric (a copy), or None."""
         self.flush()
-        return _symmetric(self._arrays[0][2]) if self._arrays[2] else None
+        return _symmetric(self._arrays[0][2]) if self.has_normal else None
 
 
 def _rebuild(weights, theta, phi, normal, rhs, tol, n_updates, n_null_space_updates):

@@ -221,11 +221,10 @@ target_accept, max_energy_error
             # the steps of the window's trajectories, except those of diverging ones (whose
             # far-out points would dominate the least-squares fit)
             ends = history["trajectory_ends"]
-            starts = np.concatenate([[0], ends[:-1]])
-            keep = np.zeros(len(history["trajectory"]), dtype=bool)
-            for i in np.flatnonzero(~history["records"]["diverging"][window].astype(bool)):
-                keep[starts[window.start + i]:ends[window.start + i]] = True
-            rows = history["trajectory"][keep]
+            rows_per_iteration = np.diff(ends, prepend=0)
+            wanted = np.zeros(len(ends), dtype=bool)
+            wanted[window] = ~history["records"]["diverging"][window].astype(bool)
+            rows = history["trajectory"][:ends[-1]][np.repeat(wanted, rows_per_iteration)]
             d = state.dim
             Q, U, G = rows[:, :d], rows[:, d], rows[:, d + 1:]
         else:
