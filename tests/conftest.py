@@ -263,6 +263,21 @@ def correlated_gaussian(dim=4, seed=0):
     return Gaussian(mean, covariance=cov), mean, cov
 
 
+def funnel_target(dim=10, scale=1.0):
+    """A hierarchical posterior with a log-scale parameter (Neal's funnel): v ~ N(0, scale^2),
+    x_k | v ~ N(0, e^v) for k = 1..dim-1; E v = 0, Var v = scale^2, E x_k^2 = e^(scale^2/2)."""
+    def funnel_logp_and_grad(q):
+        v, x = q[0], q[1:]
+        with np.errstate(over="ignore"):
+            precision = np.exp(-v)
+        squares = float(np.dot(x, x))
+        gradient = np.empty_like(q)
+        gradient[0] = -v / scale**2 + 0.5 * squares * precision - 0.5 * (dim - 1)
+        gradient[1:] = -x * precision
+        return -0.5 * v * v / scale**2 - 0.5 * squares * precision - 0.5 * (dim - 1) * v, gradient
+    return Target(None, logp_and_grad=funnel_logp_and_grad, dim=dim)
+
+
 def _expose(function):
     """A session fixture handing ``function`` to the tests (test files cannot import from
     conftest when they run against an installed wheel)."""
@@ -273,6 +288,6 @@ def _expose(function):
 
 
 for _function in (gaussian_target, correlated_gaussian, make_random_covariance, gaussian_problem, harmonic_target,
-                  log_gamma_target, log_gamma_statistics, dense_inverse_mass,
+                  log_gamma_target, log_gamma_statistics, funnel_target, dense_inverse_mass,
                   gaussian_for_leapfrog, make_chain, run_chain):
     globals()[_function.__name__ + "_fixture"] = _expose(_function)

@@ -7,7 +7,9 @@ from scipy import special, stats
 import rnshmc
 
 # a deliberately poor initial surrogate (as in test_rns.py): 15 units fitted to 60 states
-POOR = dict(n_hidden=15, n_train=60, gradient_weight=0.0, whiten=False, n_steps=8)
+# trust_ratio=None: the surrogate stays the poor one (no refit, no exact stretches)
+POOR = dict(n_hidden=15, n_train=60, gradient_weight=0.0, whiten=False, n_steps=8,
+            trust_ratio=None)
 
 
 

@@ -12,7 +12,9 @@ import rnshmc
 
 # a deliberately poor surrogate: 15 units fitted to 60 states (acceptance 0.5-0.7 instead of
 # the exploration's 0.8, and a fit residual of 0.1-0.4 in potential units)
-POOR = dict(n_hidden=15, n_train=60, gradient_weight=0.0, whiten=False, n_steps=8)
+# trust_ratio=None: the surrogate stays the poor one (no refit, no exact stretches)
+POOR = dict(n_hidden=15, n_train=60, gradient_weight=0.0, whiten=False, n_steps=8,
+            trust_ratio=None)
 
 
 @pytest.mark.filterwarnings("ignore:.*under a third of the exploration")
@@ -50,7 +52,7 @@ def test_power_the_surrogate_alone_is_wrong(correlated_gaussian):
 def test_exact_with_a_poor_surrogate_more_seeds(delayed, seed, check_mean, check_covariance, correlated_gaussian):
     model, mean, cov = correlated_gaussian(dim=6, seed=seed)
     res = rnshmc.RNSHMC(model, delayed_acceptance=delayed, nodes="rbf", n_hidden=20,
-                        n_train=80, n_steps=8).sample(40000, tune=500, chains=2, rng=seed,
+                        n_train=80, n_steps=8, trust_ratio=None).sample(40000, tune=500, chains=2, rng=seed,
                                                       progress=False)
     check_mean(res.samples, mean)
     check_covariance(res.samples, mean, cov)
@@ -120,15 +122,95 @@ def test_training_window_options(correlated_gaussian):
         rnshmc.RNSHMC(model).sample(10, tune=1, progress=False)
 
 
-def test_trust_warning_when_acceptance_collapses(correlated_gaussian):
+def test_acceptance_collapse_warns_when_unwatched(correlated_gaussian):
     model, _, _ = correlated_gaussian()
     with pytest.warns(RuntimeWarning, match="under a third of the exploration"):
-        rnshmc.RNSHMC(model, n_hidden=8, n_train=50, gradient_weight=0.0, whiten=False,
-                      n_steps=8).sample(
+        rnshmc.RNSHMC(model, trust_ratio=None, **DISTRUSTED).sample(
             2000, tune=400, rng=1, progress=False)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        rnshmc.RNSHMC(model, n_hidden=100).sample(1000, tune=400, rng=1, progress=False)
+        res = rnshmc.RNSHMC(model, n_hidden=100).sample(1000, tune=400, rng=1, progress=False)
+    assert res.n_refits[0] == 0 and not res.exact_dynamics.any() and res.trust_events == [[]]
+
+
+# ----------------------------------------------------------------------------------------------
+# the trust watch: a distrusted surrogate is refitted after an exact stretch, then replaced
+
+# 8 units fitted to 50 states: sampling acceptance far under the exploration's
+DISTRUSTED = dict(n_hidden=8, n_train=50, gradient_weight=0.0, whiten=False, n_steps=8)
+
+
+def exact_iterations(events, draws, refit_iterations):
+    """The sampling iterations that ran exact HMC, from the trust events."""
+    exact = np.zeros(draws, dtype=bool)
+    for event in events:
+        end = draws if event["action"] == "fallback" else event["iteration"] + refit_iterations
+        exact[event["iteration"]:end] = True
+    return exact
+
+
+def test_a_distrusted_surrogate_is_refitted_then_replaced_and_said_so(correlated_gaussian):
+    model, _, _ = correlated_gaussian()
+    sampler = rnshmc.RNSHMC(model, trust_ratio=1.0, max_refits=1, refit_growth=1.0,
+                            refit_iterations=100, **DISTRUSTED)
+    with pytest.warns(RuntimeWarning, match="surrogate was poor where the chain went") as caught:
+        res = sampler.sample(1500, tune=400, chains=2, rng=1, progress=False)
+    assert len(caught) == 2  # one warning per chain
+    assert "replaced by exact HMC" in str(caught[0].message)
+    for chain, events in enumerate(res.trust_events):
+        assert [e["action"] for e in events] == ["refit", "fallback"]
+        assert events[0]["window_acceptance"] < events[0]["exploration_acceptance"]
+        assert events[0]["n_hidden"] == 8 and events[0]["n_train"] == 50 + 100
+        assert events[0]["misfit_before"] > 0
+        assert events[1]["iteration"] >= events[0]["iteration"] + 100 + 50
+        np.testing.assert_array_equal(res.exact_dynamics[chain],
+                                      exact_iterations(events, 1500, 100))
+    assert np.all(res.n_refits == 1) and np.all(res.fallback)
+    # evaluations: exact gradients only on exact dynamics (n_steps each, and one where the
+    # chain moves onto them), surrogate gradients only on the surrogate's (one where it moves
+    # back); an exact density in every surrogate iteration, with every exact gradient and at
+    # every switch
+    exact = res.exact_dynamics
+    to_exact = np.array([len(e) for e in res.trust_events])
+    to_surrogate = res.n_refits
+    np.testing.assert_array_equal(res.n_gradient_evals_sampling,
+                                  np.sum(res.n_steps * exact, axis=1) + to_exact)
+    np.testing.assert_array_equal(res.n_surrogate_gradient_evals,
+                                  np.sum(res.n_steps * ~exact, axis=1) + to_surrogate)
+    np.testing.assert_array_equal(
+        res.n_density_evals_sampling,
+        np.sum(~exact, axis=1) + np.sum(res.n_steps * exact, axis=1) + to_exact + to_surrogate)
+
+
+@pytest.mark.parametrize("seed", [1, pytest.param(2, marks=pytest.mark.slow)])
+def test_refits_and_fallback_keep_the_chain_exact(seed, check_mean, check_covariance,
+                                                  correlated_gaussian):
+    model, mean, cov = correlated_gaussian()
+    with pytest.warns(RuntimeWarning, match="surrogate was poor"):
+        res = rnshmc.RNSHMC(model, trust_ratio=0.9, refit_iterations=100, **DISTRUSTED).sample(
+            20000, tune=400, chains=2, rng=seed, progress=False)
+    assert np.all(res.n_refits >= 1)
+    assert 0.02 < res.exact_dynamics.mean() < 0.98  # both kinds of dynamics in the draws
+    check_mean(res.samples, mean)
+    check_covariance(res.samples, mean, cov)
+
+
+@pytest.mark.parametrize("name", ["RNSHMC", pytest.param("ARNSHMC", marks=pytest.mark.slow)])
+def test_on_a_funnel_the_watch_keeps_up_with_exact_hmc(name, funnel_target, check_mean):
+    """The issue's hierarchical case: a surrogate of 500 units fits the funnel poorly (alone,
+    acceptance 0.5-0.6 against exploration's 0.8-0.9, and chains that stick in its neck).
+    Watched, min ESS per exact evaluation (from the first iteration) is at least half exact
+    HMC's, and R-hat of 4 chains at most 1.01."""
+    target = funnel_target()
+    kwargs = dict(draws=3000, tune=1000, chains=4, rng=1, progress=False)
+    hmc = rnshmc.HMC(target).sample(**kwargs)
+    with pytest.warns(RuntimeWarning, match="surrogate was poor"):
+        res = getattr(rnshmc, name)(target, n_hidden=500).sample(**kwargs)
+    per_evaluation = lambda r: r.ess().min() / np.sum(r.n_density_evals + r.n_gradient_evals)
+    assert per_evaluation(res) >= 0.5 * per_evaluation(hmc)
+    assert rnshmc.diagnostics.rhat(res.samples).max() <= 1.01
+    assert res.n_refits.sum() >= 1
+    check_mean(res.samples, np.zeros(target.dim))
 
 
 def test_reproducible_and_thread_pool_equals_serial(correlated_gaussian):
@@ -190,7 +272,7 @@ def test_exact_on_a_skewed_target_with_a_poor_surrogate(delayed, seed, mcse_z, l
     shape = 2.0
     target = log_gamma_target(shape, dim=2)
     res = rnshmc.RNSHMC(target, n_hidden=5, n_train=30, gradient_weight=0.0, whiten=False,
-                        n_steps=6, delayed_acceptance=delayed).sample(
+                        n_steps=6, delayed_acceptance=delayed, trust_ratio=None).sample(
         20000, tune=300, chains=2, rng=seed, init=np.zeros(2), progress=False)
     assert np.all(res.fit_residual > 0.05)  # a poor fit: acceptance 0.3-0.8 in trials
     m = special.digamma(shape)

@@ -91,12 +91,8 @@ class ARNSHMC(RNSHMC):
         # with adaptation frozen at 0 the draws are RNS-HMC's
         state.extras["install_rng"] = generator.spawn(1)[0]
 
-    def make_chain(self, name, state, ctarget):
-        if name == "sampling":
-            surrogate = state.extras["online_surrogate"]
-            return self.new_chain(surrogate._ctarget, state, test=ctarget,
-                                  delayed_acceptance=self.delayed_acceptance)
-        return super().make_chain(name, state, ctarget)
+    def _sampling_surrogate(self, state):
+        return state.extras["online_surrogate"]
 
     def _next_install(self, state, n_iter):
         """The sampling iteration (1-based) after which the next install happens, or None.
@@ -120,38 +116,33 @@ class ARNSHMC(RNSHMC):
         state.extras["coins_drawn"] = t
         return None
 
-    def _iterate(self, name, n_iter, chain, state, generator, budget, bar):
-        if name != "sampling":
-            return super()._iterate(name, n_iter, chain, state, generator, budget, bar)
-        outputs = state.outputs.setdefault(name, {})
-        installed = outputs.setdefault("installed", np.zeros(n_iter, dtype=bool))
+    def _segment_stop(self, state, n_iter):
+        # segments also end at the next install
+        if "install_at" not in state.extras:
+            state.extras["install_at"] = self._next_install(state, n_iter)
+        install_at = state.extras["install_at"]
+        stop = super()._segment_stop(state, n_iter)
+        return stop if install_at is None else min(stop, install_at)
+
+    def _segment_done(self, state, first, n):
+        outputs = state.outputs["sampling"]
+        installed = outputs.setdefault("installed", np.zeros(len(outputs["records"]), dtype=bool))
         surrogate = state.extras["online_surrogate"]
-        ran = 0
-        while ran < budget and state.iteration < n_iter:
-            if "install_at" not in state.extras:
-                state.extras["install_at"] = self._next_install(state, n_iter)
-            install_at = state.extras["install_at"]
-            stop = n_iter if install_at is None else install_at
-            first = state.iteration
-            n = super()._iterate(name, n_iter, chain, state, generator,
-                                 min(budget - ran, stop - first), bar)
-            if n == 0:
-                break
-            ran += n
-            if self.freeze_after is None or first < self.freeze_after:
-                # the exact potentials of the new accepted states (the test computed them)
-                block = slice(first, first + n if self.freeze_after is None
-                              else min(first + n, self.freeze_after))
-                accepted = outputs["records"]["accepted"][block].astype(bool)
-                if accepted.any():
-                    surrogate.partial_fit(outputs["samples"][block][accepted],
-                                          -outputs["records"]["log_density"][block][accepted],
-                                          install=False)
-            if install_at is not None and state.iteration == install_at:
-                surrogate.install()
-                installed[install_at - 1] = True
-                del state.extras["install_at"]
-        return ran
+        end = first + n if self.freeze_after is None else min(first + n, self.freeze_after)
+        if state.extras["dynamics"] == "surrogate" and first < end:
+            # the exact potentials of the new accepted states (the test computed them); an
+            # exact stretch's states go to the refit that ends it instead
+            block = slice(first, end)
+            accepted = outputs["records"]["accepted"][block].astype(bool)
+            if accepted.any():
+                surrogate.partial_fit(outputs["samples"][block][accepted],
+                                      -outputs["records"]["log_density"][block][accepted],
+                                      install=False)
+        install_at = state.extras["install_at"]
+        if install_at is not None and state.iteration == install_at:
+            surrogate.install()
+            installed[install_at - 1] = True
+            del state.extras["install_at"]
 
     def end_phase(self, name, chain, state, generator):
         super().end_phase(name, chain, state, generator)

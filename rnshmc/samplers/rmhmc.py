@@ -275,7 +275,7 @@ n_train, target_accept, max_energy_error, mass_matrix, inverse_mass_matrix, adap
                          weight_scale=weight_scale, mass_matrix=mass_matrix,
                          inverse_mass_matrix=inverse_mass_matrix,
                          adapt_mass_matrix=adapt_mass_matrix, target_accept=target_accept,
-                         max_energy_error=max_energy_error)
+                         max_energy_error=max_energy_error, trust_ratio=None)
         if metric not in ("hessian", "diagonal"):
             raise ValueError(f"metric must be 'hessian' or 'diagonal', got {metric!r}")
         if nodes != "additive" or activation == "exp":
@@ -324,14 +324,8 @@ n_train, target_accept, max_energy_error, mass_matrix, inverse_mass_matrix, adap
             return self.rm_n_steps, self.rm_jitter
         return super().trajectory(name, state)
 
-    def _train(self, state, generator):
-        surrogate_n_steps = self.surrogate_n_steps
-        self.surrogate_n_steps = None  # no pilot runs: the generalized leapfrog has its own L
-        try:
-            super()._train(state, generator)
-        finally:
-            self.surrogate_n_steps = surrogate_n_steps
-        state.extras["surrogate_n_steps"] = self.rm_n_steps
+    def _sampling_n_steps(self, state, generator):
+        return self.rm_n_steps
 
     def begin_phase(self, name, chain, state, generator):
         if name == "adaptation":

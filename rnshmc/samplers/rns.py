@@ -67,6 +67,26 @@ target_accept, max_energy_error
     delayed_acceptance : bool
         Two-stage Metropolis test (Christen and Fox 2005): stage 1 on the surrogate's energy,
         stage 2 on the true one only for proposals that pass stage 1. Exact as well.
+    trust_ratio : float or None
+        The surrogate is watched where the chain is: over every ``trust_window`` sampling
+        iterations on the surrogate's dynamics, an acceptance rate under ``trust_ratio`` times
+        the exploration's (over its training window) distrusts it. The chain then runs
+        ``refit_iterations`` iterations of exact HMC (kept draws; the exploration's step size,
+        mass matrix and trajectory length), the surrogate is refitted to the training data
+        plus those exact states with ``refit_growth`` times as many hidden units, and the
+        chain goes back to the surrogate's dynamics. After ``max_refits`` refits a further
+        distrust makes the rest of the chain exact HMC (fallback). Each refit and fallback is
+        recorded in the result (``trust_events``, ``exact_dynamics``) and warned about.
+        None turns the watch off (then only a warning when acceptance collapses).
+    trust_window, max_refits, refit_iterations, refit_growth
+        See ``trust_ratio`` (defaults 50, 2, 200, 2.0).
+
+    Notes
+    -----
+    Every transition, on the surrogate's dynamics or the exact ones, leaves the posterior
+    invariant. The switches between them depend on the chain's past, as adaptation does; there
+    are at most ``2 max_refits + 1`` of them, so after the last one the chain is a fixed exact
+    kernel's (finite adaptation: the draws converge to the posterior as an ergodic chain's do).
 
     Examples
     --------
@@ -82,9 +102,11 @@ target_accept, max_energy_error
     ONLINE = False  # fit with the online estimator (ARNS-HMC)
     PILOT_ITERATIONS = 100
     PILOT_FACTORS = (1, 2, 4, 8)
+    # the sampling phase keeps the gradients: an exact-dynamics stretch's states (with them)
+    # are training data for a refit
     PHASES = {"exploration": Phase(adapt=True, keep=("samples", "records", "gradients")),
               "training": Phase(),
-              "sampling": Phase(keep=("samples", "records"))}
+              "sampling": Phase(keep=("samples", "records", "gradients"))}
 
     def __init__(self, target, n_hidden=1000, nodes="additive", activation="softplus",
                  ridge=1e-6, step_size=None, n_steps=10, jitter=True, n_explore=None,
@@ -92,7 +114,8 @@ target_accept, max_energy_error
                  gradient_weight=1.0,
                  weight_scale=None, surrogate_n_steps=None, mass_matrix=None,
                  inverse_mass_matrix=None, adapt_mass_matrix=None, target_accept=0.8,
-                 max_energy_error=1000.0):
+                 max_energy_error=1000.0, trust_ratio=0.5, trust_window=50, max_refits=2,
+                 refit_iterations=200, refit_growth=2.0):
         super().__init__(target, step_size=step_size, n_steps=n_steps, jitter=jitter,
                          mass_matrix=mass_matrix, inverse_mass_matrix=inverse_mass_matrix,
                          adapt_mass_matrix=adapt_mass_matrix, target_accept=target_accept,
@@ -122,6 +145,13 @@ target_accept, max_energy_error
             raise ValueError(f"training_data must be 'states' or 'trajectories', got "
                              f"{training_data!r}")
         self.training_data = training_data
+        self.trust_ratio = None if trust_ratio is None else check_real(
+            trust_ratio, "trust_ratio", lower=0.0, upper=1.0, upper_inclusive=True)
+        self.trust_window = check_integer(trust_window, "trust_window", minimum=10)
+        self.max_refits = check_integer(max_refits, "max_refits", minimum=0)
+        self.refit_iterations = check_integer(refit_iterations, "refit_iterations", minimum=1)
+        self.refit_growth = check_real(refit_growth, "refit_growth", lower=1.0,
+                                       lower_inclusive=True)
 
     def sample(self, draws=1000, tune=1000, chains=1, rng=None, init=None, progress=True,
                pool=None):
@@ -177,10 +207,15 @@ target_accept, max_energy_error
         if name == "exploration":
             return self.new_chain(ctarget, state)
         if name == "sampling":
-            surrogate = RandomNetworkSurrogate.from_state(state.extras["surrogate"])
-            return self.new_chain(surrogate._ctarget, state, test=ctarget,
+            if state.extras.get("dynamics") == "exact":
+                return self.new_chain(ctarget, state)
+            return self.new_chain(self._sampling_surrogate(state)._ctarget, state, test=ctarget,
                                   delayed_acceptance=self.delayed_acceptance)
         return None
+
+    def _sampling_surrogate(self, state):
+        """The surrogate whose dynamics the sampling phase runs."""
+        return RandomNetworkSurrogate.from_state(state.extras["surrogate"])
 
     def begin_phase(self, name, chain, state, generator):
         if name == "exploration":
@@ -192,9 +227,9 @@ target_accept, max_energy_error
             self._start_sampling(chain, state)
 
     def trajectory(self, name, state):
-        if name == "sampling":
+        if name == "sampling" and state.extras.get("dynamics") != "exact":
             return state.extras["surrogate_n_steps"], self.jitter
-        return self.n_steps, self.jitter
+        return self.n_steps, self.jitter  # the exploration's
 
     # ------------------------------------------------------------------------------------------
 
@@ -203,20 +238,10 @@ target_accept, max_energy_error
         n_train = n_explore - n_explore // 5 if self.n_train is None else self.n_train
         return slice(n_explore - n_train, n_explore)
 
-    def _train(self, state, generator):
-        """Fit the surrogate to the exploration's last states (and choose the sampling
-        trajectory length if asked)."""
+    def _training_data(self, state):
+        """The exploration's training rows: (Q, U, gradients)."""
         history = state.outputs["exploration"]
         window = self._training_window(state)
-        accepted = history["records"]["accepted"][window]
-        if not accepted.any():
-            raise RuntimeError(
-                f"{self.name} chain {state.chain}: the exact-HMC exploration accepted no move in "
-                f"its last {accepted.size} iterations, so there is nothing to fit a surrogate "
-                "to. Its step size or mass matrix is unsuitable: give a smaller step_size, a "
-                "longer exploration, or let the exploration adapt (step_size=None).")
-        surrogate = RandomNetworkSurrogate(state.dim, rng=generator.spawn(1)[0],
-                                           **self.surrogate_options)
         if self.training_data == "trajectories":
             # the steps of the window's trajectories, except those of diverging ones (whose
             # far-out points would dominate the least-squares fit)
@@ -226,20 +251,45 @@ target_accept, max_energy_error
             wanted[window] = ~history["records"]["diverging"][window].astype(bool)
             rows = history["trajectory"][:ends[-1]][np.repeat(wanted, rows_per_iteration)]
             d = state.dim
-            Q, U, G = rows[:, :d], rows[:, d], rows[:, d + 1:]
-        else:
-            Q, U = history["samples"][window], -history["records"]["log_density"][window]
-            G = history["gradients"][window]
+            return rows[:, :d], rows[:, d], rows[:, d + 1:]
+        return (history["samples"][window], -history["records"]["log_density"][window],
+                history["gradients"][window])
+
+    def _fit(self, state, generator, Q, U, G, n_hidden):
+        """Fit a new surrogate and make it the chain's."""
+        surrogate = RandomNetworkSurrogate(state.dim, rng=generator.spawn(1)[0],
+                                           **dict(self.surrogate_options, n_hidden=n_hidden))
         surrogate.fit(Q, U, gradients=G if self.gradient_weight > 0 else None,
                       gradient_weight=self.gradient_weight, online=self.ONLINE)
         state.extras["surrogate"] = surrogate.get_state()
         self._fitted(state, surrogate)
-        state.extras["exploration_acceptance_rate"] = float(accepted.mean())
-        n_steps = self.surrogate_n_steps
+        return surrogate
+
+    def _train(self, state, generator):
+        """Fit the surrogate to the exploration's last states (and choose the sampling
+        trajectory length if asked)."""
+        history = state.outputs["exploration"]
+        accepted = history["records"]["accepted"][self._training_window(state)]
+        if not accepted.any():
+            raise RuntimeError(
+                f"{self.name} chain {state.chain}: the exact-HMC exploration accepted no move in "
+                f"its last {accepted.size} iterations, so there is nothing to fit a surrogate "
+                "to. Its step size or mass matrix is unsuitable: give a smaller step_size, a "
+                "longer exploration, or let the exploration adapt (step_size=None).")
+        self._fit(state, generator, *self._training_data(state), self.n_hidden)
+        state.extras.update(exploration_acceptance_rate=float(accepted.mean()),
+                            explore_step_size=float(state.kernel["step_size"]),
+                            dynamics="surrogate", surrogate_since=0, exact_until=None,
+                            n_refits=0, trust_events=[],
+                            mode_evals={"exact": [0, 0], "surrogate": [0, 0]})
         state.evals["training"] = [0, 0]
-        if n_steps == "auto":
-            n_steps = self._choose_n_steps(state, generator)
-        state.extras["surrogate_n_steps"] = n_steps
+        state.extras["surrogate_n_steps"] = self._sampling_n_steps(state, generator)
+
+    def _sampling_n_steps(self, state, generator):
+        """The sampling phase's number of leapfrog steps."""
+        if self.surrogate_n_steps == "auto":
+            return self._choose_n_steps(state, generator)
+        return self.surrogate_n_steps
 
     def _fitted(self, state, surrogate):
         """Called with the surrogate just fitted (ARNS-HMC keeps the object)."""
@@ -249,8 +299,109 @@ target_accept, max_energy_error
         evaluation there counts to training (as the pilot runs' do)."""
         chain.set_position(state.kernel["position"])
         chain.step_size = state.kernel["step_size"]
+        state.extras["sampling_step_size"] = chain.step_size
         state.evals["training"][0] += chain.n_density_evals
         chain.n_density_evals = chain.n_gradient_evals = 0
+
+    # ------------------------------------------------------------------------------------------
+    # the sampling phase: segments between trust reviews
+
+    def _iterate(self, name, n_iter, chain, state, generator, budget, bar):
+        if name != "sampling":
+            return super()._iterate(name, n_iter, chain, state, generator, budget, bar)
+        outputs = state.outputs.setdefault(name, {})
+        exact = outputs.setdefault("exact_dynamics", np.zeros(n_iter, dtype=bool))
+        ran = 0
+        while ran < budget and state.iteration < n_iter:
+            first = state.iteration
+            stop = min(self._segment_stop(state, n_iter), n_iter)
+            n = super()._iterate(name, n_iter, chain, state, generator,
+                                 min(budget - ran, stop - first), bar)
+            if n == 0:
+                break
+            ran += n
+            exact[first:first + n] = state.extras["dynamics"] == "exact"
+            self._segment_done(state, first, n)
+            if state.iteration == stop < n_iter and self._review_trust(state, chain, generator):
+                break  # the dynamics changed: run_chain builds the new chain
+        return ran
+
+    def _segment_stop(self, state, n_iter):
+        """The sampling iteration where the current segment ends (a trust review)."""
+        extras = state.extras
+        if extras["dynamics"] == "exact":
+            return n_iter if extras["exact_until"] is None else extras["exact_until"]
+        if self.trust_ratio is None:
+            return n_iter
+        since = extras["surrogate_since"]
+        return since + ((state.iteration - since) // self.trust_window + 1) * self.trust_window
+
+    def _segment_done(self, state, first, n):
+        """Called after sampling iterations first, ..., first + n - 1 (ARNS-HMC learns)."""
+
+    def _review_trust(self, state, chain, generator):
+        """At a segment's end: distrust the surrogate after a poor window, refit after an exact
+        stretch. Returns True when the dynamics changed."""
+        extras = state.extras
+        t = state.iteration
+        if extras["dynamics"] == "exact":
+            if extras["exact_until"] != t:
+                return False
+            self._refit(state, generator)
+            self._switch_dynamics(state, chain, generator, "surrogate")
+            extras.update(surrogate_since=t, exact_until=None)
+            return True
+        if self.trust_ratio is None or (t - extras["surrogate_since"]) % self.trust_window:
+            return False
+        rate = float(state.outputs["sampling"]["records"]["accepted"][t - self.trust_window:t].mean())
+        reference = extras["exploration_acceptance_rate"]
+        if rate >= self.trust_ratio * reference:
+            return False
+        refit = extras["n_refits"] < self.max_refits
+        extras["trust_events"].append(dict(
+            iteration=t, window_acceptance=rate, exploration_acceptance=reference,
+            action="refit" if refit else "fallback"))
+        extras["exact_until"] = t + self.refit_iterations if refit else None
+        self._switch_dynamics(state, chain, generator, "exact")
+        return True
+
+    def _refit(self, state, generator):
+        """Refit the surrogate to the exploration's training data plus the exact stretches'
+        states, with ``refit_growth`` times the hidden units."""
+        extras = state.extras
+        outputs = state.outputs["sampling"]
+        t = state.iteration
+        exact = outputs["exact_dynamics"][:t]
+        Q, U, G = (outputs["samples"][:t][exact], -outputs["records"]["log_density"][:t][exact],
+                   outputs["gradients"][:t][exact])
+        # the old surrogate's misfit at the newest exact states (out of sample: where the
+        # chain went), centred (a constant offset does not matter)
+        newest = slice(-(t - extras["trust_events"][-1]["iteration"]), None)
+        old = self._sampling_surrogate(state)
+        misfit = old.predict(Q[newest]) - U[newest]
+        Q0, U0, G0 = self._training_data(state)
+        n_hidden = int(round(old.n_hidden * self.refit_growth))
+        surrogate = self._fit(state, generator, np.vstack([Q0, Q]), np.concatenate([U0, U]),
+                              np.vstack([G0, G]), n_hidden)
+        extras["n_refits"] += 1
+        extras["trust_events"][-1].update(
+            misfit_before=float(np.sqrt(np.mean((misfit - misfit.mean()) ** 2))),
+            fit_residual=float(surrogate.fit_residual_), n_hidden=n_hidden,
+            n_train=int(surrogate.n_train_))
+
+    def _switch_dynamics(self, state, chain, generator, dynamics):
+        """Carry the chain over to the exact or the surrogate's dynamics at its position; its
+        evaluation counters so far are kept per kind of dynamics."""
+        extras = state.extras
+        counts = extras["mode_evals"][extras["dynamics"]]
+        counts[0] += chain.n_density_evals
+        counts[1] += chain.n_gradient_evals
+        extras["dynamics"] = dynamics
+        new = self.make_chain("sampling", state, chain.test)
+        new.set_position(chain.position)
+        new.step_size = (extras["explore_step_size"] if dynamics == "exact"
+                         else extras["sampling_step_size"])
+        self._keep_current("sampling", new, state, generator)
 
     def _choose_n_steps(self, state, generator):
         """The sampling phase's number of steps by pilot runs (see ``surrogate_n_steps``)."""
@@ -279,16 +430,31 @@ target_accept, max_energy_error
 
     # ------------------------------------------------------------------------------------------
 
+    @staticmethod
+    def _sampling_evals(state):
+        """Exact density, exact gradient and surrogate gradient evaluations of the sampling
+        phase (over its exact and surrogate dynamics)."""
+        extras = state.extras
+        counts = {k: list(v) for k, v in extras["mode_evals"].items()}
+        current = state.evals.get("sampling", [0, 0])
+        counts[extras["dynamics"]][0] += current[0]
+        counts[extras["dynamics"]][1] += current[1]
+        return (counts["exact"][0] + counts["surrogate"][0], counts["exact"][1],
+                counts["surrogate"][1])
+
     def result(self, states):
         result = super().result(states)
         per_chain = lambda f, dtype=None: np.array([f(s) for s in states], dtype=dtype)
+        sampling = per_chain(self._sampling_evals, np.int64)
+        result["n_density_evals_sampling"] = sampling[:, 0]
+        result["n_gradient_evals_sampling"] = sampling[:, 1]
+        result["n_surrogate_gradient_evals"] = sampling[:, 2]
         result["n_density_evals_explore"] = per_chain(
             lambda s: s.evals["exploration"][0] + s.evals["training"][0], np.int64)
-        result["n_gradient_evals"] = per_chain(lambda s: s.evals["exploration"][1], np.int64)
+        result["n_gradient_evals"] = (per_chain(lambda s: s.evals["exploration"][1], np.int64)
+                                      + result["n_gradient_evals_sampling"])
         result["n_density_evals"] = (result["n_density_evals_explore"]
                                      + result["n_density_evals_sampling"])
-        result["n_surrogate_gradient_evals"] = result["n_gradient_evals_sampling"]
-        result["n_gradient_evals_sampling"] = np.zeros(len(states), dtype=np.int64)
         result["surrogate_n_steps"] = per_chain(lambda s: s.extras["surrogate_n_steps"], np.int64)
         result["exploration_acceptance_rate"] = per_chain(
             lambda s: s.extras["exploration_acceptance_rate"])
@@ -300,8 +466,37 @@ target_accept, max_energy_error
              for s in surrogates])
         result["delayed_acceptance"] = self.delayed_acceptance
         result["surrogate"] = surrogates
-        self._warn_if_acceptance_collapsed(result)
+        result["exact_dynamics"] = np.stack(
+            [s.outputs["sampling"].get("exact_dynamics", np.zeros(0, dtype=bool)) for s in states])
+        result["n_refits"] = per_chain(lambda s: s.extras.get("n_refits", 0), np.int64)
+        result["trust_events"] = [list(s.extras.get("trust_events", [])) for s in states]
+        result["fallback"] = np.array([any(e["action"] == "fallback" for e in events)
+                                       for events in result["trust_events"]])
+        if self.trust_ratio is None:
+            self._warn_if_acceptance_collapsed(result)
+        else:
+            self._warn_about_trust_events(result)
         return result
+
+    def _warn_about_trust_events(self, result):
+        """One warning per chain whose surrogate was distrusted: what happened."""
+        for chain, events in enumerate(result["trust_events"]):
+            if not events:
+                continue
+            first = events[0]
+            what = (f"refitted {result.n_refits[chain]} time(s) (after exact-HMC stretches of "
+                    f"{self.refit_iterations} iterations, with more hidden units)")
+            if result.fallback[chain]:
+                what += (f"{' and then' if result.n_refits[chain] else ''} replaced by exact "
+                         f"HMC from draw {events[-1]['iteration']} on")
+            warnings.warn(
+                f"{self.name} chain {chain}: the surrogate was poor where the chain went "
+                f"(acceptance {first['window_acceptance']:.2f} over draws "
+                f"{first['iteration'] - self.trust_window}-{first['iteration'] - 1}, against "
+                f"{first['exploration_acceptance']:.2f} in exploration); it was {what}. "
+                f"{result.exact_dynamics[chain].mean():.0%} of the draws used exact dynamics; "
+                "the chain is exact either way (result['trust_events'] has the details).",
+                RuntimeWarning, stacklevel=user_stacklevel())
 
     def _warn_if_acceptance_collapsed(self, result):
         """Warn when sampling acceptance over some window is under a third of exploration's."""
