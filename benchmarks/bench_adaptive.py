@@ -1,4 +1,17 @@
-"""ARNS-HMC's online output weights: the cost of one update against a refit (issue 10).
+"""ARNS-HMC: the cost from a cold start to min ESS 1000, and of one online update (issue 10).
+
+  a. Cost from a cold start to min ESS >= 1000, every exact evaluation counted from the first
+     iteration (a density and a gradient one each: forward and adjoint PDE solves), all
+     chains pooled (4 chains, each RNS chain explores and fits its own surrogate):
+       HMC, Stan-style warm-up (step size and diagonal mass matrix), tune 1000, at its best L;
+       RNS-HMC with the papers' protocol (5000 exploration iterations at the papers' fixed
+         step size and L, 4000 training states, values only, raw inputs, s = 1000);
+       RNS-HMC and ARNS-HMC with rnshmc's defaults at the given exploration lengths.
+     Each run draws ``--draws`` per chain; the cost to min ESS 1000 is the cost before
+     sampling plus the sampling phase's cost scaled by 1000 / min ESS (the sampling phase's
+     cost and ESS both grow linearly with its length), with the run's measured min ESS shown.
+     On the authors' PDE in solves (target: ARNS-HMC <= 1/5 of HMC's), on the simulated
+     logistic regression (N = 100000, d = 50) in seconds (target <= 1/3 of HMC's).
 
   b. One online update of the output weights at s hidden units (default 1000; target <= 0.5 ms
      at s = 1000): ``OnlineLeastSquares.update`` per row, amortised over blocks of 64 rows
@@ -9,13 +22,17 @@
      (``RandomNetworkSurrogate.fit``, values only) for comparison; medians of interleaved
      rounds (benchmarks/_timing.py).
 
-Sections a (cost from a cold start to min ESS >= 1000) and c (acceptance against training
-points) are still to come.
+Section c (acceptance against training points) is still to come.
 
-    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/bench_adaptive.py
+    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/bench_adaptive.py [--sections a b]
+        [--problems pde logistic] [--draws 2000] [--tunes 200 500] [--hmc-lengths 5 10 20 40]
 """
 import argparse
 import os
+import sys
+import time
+import warnings
+from pathlib import Path
 
 import numpy as np
 
@@ -60,8 +77,83 @@ def update_section(args):
     ratio_line("refit / one update", times["refit"], times["update"])
 
 
+def cost_to_min_ess(result, wanted=1000.0):
+    """(exact evaluations, seconds) from the first iteration to min ESS ``wanted``: what was
+    spent before sampling plus the sampling phase's share scaled to ``wanted``; and the run's
+    min ESS."""
+    ess = float(result.ess().min())
+    total = float(np.sum(result.n_density_evals) + np.sum(result.n_gradient_evals))
+    sampling = float(np.sum(result.n_density_evals_sampling)
+                     + np.sum(result.n_gradient_evals_sampling))
+    seconds = sum(result.timings.values())
+    scale = wanted / ess
+    return (total - sampling + sampling * scale,
+            seconds - result.timings["sampling"] + result.timings["sampling"] * scale, ess)
+
+
+def load_problem(name, seed):
+    if name == "pde":
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+        import elliptic_pde
+        model, title = elliptic_pde.load()
+        return model, title, dict(step_size=0.16, n_steps=10, n_hidden=1000, ridge=1e-7)
+    X, y, _ = rnshmc.datasets.simulated_logistic(n=100_000, dim=50, rng=seed)
+    return (rnshmc.models.LogisticRegression(X, y), "simulated logistic regression, N = 100000, "
+            "d = 50", dict(step_size=0.045, n_steps=6, n_hidden=2000, ridge=1e-6))
+
+
+def cold_start_section(problem, args):
+    model, title, papers = load_problem(problem, args.seed)
+    unit, column = ("solves", 0) if problem == "pde" else ("seconds", 1)
+    print(f"\na. {title}: cost from a cold start to min ESS 1000 ({args.chains} chains x "
+          f"{args.draws} draws per run; exact evaluations = densities + gradients)", flush=True)
+    kwargs = dict(draws=args.draws, chains=args.chains, rng=args.seed, progress=False)
+    runs = {}
+    for L in args.hmc_lengths:
+        runs[f"HMC, Stan warm-up, L={L}"] = (rnshmc.HMC(model, n_steps=L), 1000)
+    runs["RNS-HMC, papers' protocol"] = (rnshmc.RNSHMC(
+        model, step_size=papers["step_size"], n_steps=papers["n_steps"],
+        n_hidden=papers["n_hidden"], ridge=papers["ridge"], whiten=False, gradient_weight=0.0,
+        n_train=4000, training_data="states", surrogate_n_steps=None, trust_ratio=None), 5000)
+    for tune in args.tunes:
+        runs[f"RNS-HMC, defaults, tune {tune}"] = (rnshmc.RNSHMC(model), tune)
+        runs[f"ARNS-HMC, defaults, tune {tune}"] = (rnshmc.ARNSHMC(model), tune)
+    costs = {}
+    print(f"  {'method':34s} {'to min ESS 1000: evals':>22s} {'seconds':>8s}  {'run min ESS':>11s}"
+          f"  {'acceptance':>10s}  notes")
+    for label, (sampler, tune) in runs.items():
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            result = sampler.sample(tune=tune, init=np.zeros(model.dim), **kwargs)
+        evals, seconds, ess = cost_to_min_ess(result)
+        costs[label] = (evals, seconds)
+        notes = []
+        if "surrogate_n_steps" in result:
+            notes.append(f"L {sorted(set(result.surrogate_n_steps.tolist()))}")
+            if result.n_refits.sum() or result.fallback.any():
+                notes.append(f"refits {result.n_refits.tolist()}, fallback {result.fallback.tolist()}")
+        notes += [str(w.message)[:60] for w in caught[:1]]
+        print(f"  {label:34s} {evals:22.0f} {seconds:8.1f}  {ess:11.0f}  "
+              f"{np.mean(result.acceptance_rate):10.2f}  {'; '.join(notes)}", flush=True)
+    hmc = min((c for k, c in costs.items() if k.startswith("HMC")), key=lambda c: c[column])
+    target = 5.0 if problem == "pde" else 3.0
+    for label, cost in costs.items():
+        if label.startswith("ARNS") or label.startswith("RNS"):
+            ratio = hmc[column] / cost[column]
+            print(f"  {label}: {ratio:.2f}x fewer {unit} than HMC at its best"
+                  + (f" (target >= {target:.0f}x: {'met' if ratio >= target else 'MISSED'})"
+                     if label.startswith("ARNS") else ""))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sections", nargs="+", default=["a", "b"], choices=["a", "b"])
+    parser.add_argument("--problems", nargs="+", default=["pde", "logistic"],
+                        choices=["pde", "logistic"])
+    parser.add_argument("--draws", type=int, default=2000)
+    parser.add_argument("--chains", type=int, default=4)
+    parser.add_argument("--tunes", type=int, nargs="+", default=[200, 500])
+    parser.add_argument("--hmc-lengths", type=int, nargs="+", default=[5, 10, 20, 40])
     parser.add_argument("--n-hidden", type=int, default=1000)
     parser.add_argument("--points", type=int, default=2000)
     parser.add_argument("--repeats", type=int, default=7)
@@ -70,7 +162,11 @@ def main():
     print(f"rnshmc {rnshmc.__version__}, {os.cpu_count()} CPUs, load average "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}, OPENBLAS_NUM_THREADS="
           f"{os.environ.get('OPENBLAS_NUM_THREADS', 'unset')}")
-    update_section(args)
+    if "a" in args.sections:
+        for problem in args.problems:
+            cold_start_section(problem, args)
+    if "b" in args.sections:
+        update_section(args)
 
 
 if __name__ == "__main__":

@@ -198,11 +198,13 @@ def time_samplers():
            else rnshmc.models.EllipticPDE(n=30, element="Q1", rng=0))
     cases = {
         "HMC, logistic": (rnshmc.HMC(logistic, step_size=0.045, n_steps=6), 150, 10, beta),
-        "RNS-HMC, logistic": (rnshmc.RNSHMC(logistic, n_hidden=2000, step_size=0.045, n_steps=6),
-                              300, 300, beta),
+        # surrogate_n_steps=None: the fixed L both versions run
+        "RNS-HMC, logistic": (rnshmc.RNSHMC(logistic, n_hidden=2000, step_size=0.045, n_steps=6,
+                                            surrogate_n_steps=None), 300, 300, beta),
         "HMC, PDE": (rnshmc.HMC(pde, step_size=0.16, n_steps=10), 3000, 1000, np.zeros(pde.dim)),
         "RNS-HMC, PDE": (rnshmc.RNSHMC(pde, n_hidden=1000, ridge=1e-7, step_size=0.16,
-                                       n_steps=10), 3000, 1000, np.zeros(pde.dim)),
+                                       n_steps=10, surrogate_n_steps=None), 3000, 1000,
+                         np.zeros(pde.dim)),
     }
     out = {}
     for name, (sampler, draws, tune, init) in cases.items():

@@ -82,13 +82,14 @@ def samplers_for(model, extra_rows=True, methods=("hmc", "rns-hmc"), softabs=Non
         samplers["RMHMC"] = rnshmc.RMHMC(model, metric="gauss_newton", **rm)
     if "rns-hmc" in methods:
         samplers["RNS-HMC (papers)"] = rnshmc.RNSHMC(model, whiten=False, gradient_weight=0.0,
+                                                     surrogate_n_steps=None, trust_ratio=None,
                                                      **common)
         samplers["RNS-HMC (rnshmc)"] = rnshmc.RNSHMC(model, **common)
         if extra_rows:
             samplers["RNS-HMC (rnshmc, DA)"] = rnshmc.RNSHMC(model, delayed_acceptance=True,
                                                              **common)
-            samplers["RNS-HMC (rnshmc, auto L)"] = rnshmc.RNSHMC(
-                model, surrogate_n_steps="auto", **common)
+            samplers[f"RNS-HMC (rnshmc, L={L})"] = rnshmc.RNSHMC(
+                model, surrogate_n_steps=None, **common)
     if "rns-rmhmc" in methods:
         rns_rm = dict(metric="diagonal", n_hidden=s, ridge=ridge, explore_step_size=eps,
                       explore_n_steps=L, explore_jitter=True, softabs=softabs, **rm)
@@ -120,9 +121,9 @@ def print_details(rows, results, out=print):
         solver = experiments.implicit_solver_summary(label, res)
         if solver is not None:
             out(solver)
-    auto = results.get("RNS-HMC (rnshmc, auto L)")
-    if auto is not None:
-        out(f"  auto L chose {auto.surrogate_n_steps[0]} steps")
+    rns = results.get("RNS-HMC (rnshmc)")
+    if rns is not None and "surrogate_n_steps" in rns:
+        out(f"  RNS-HMC (rnshmc) chose L = {rns.surrogate_n_steps.tolist()} steps for sampling")
 
 
 def main(argv=None):

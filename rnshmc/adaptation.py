@@ -15,7 +15,8 @@ import math
 
 import numpy as np
 
-__all__ = ["WarmupSchedule", "regularized_variance", "initial_step_size"]
+__all__ = ["WarmupSchedule", "regularized_variance", "initial_step_size",
+           "trajectory_length_for_min_ess"]
 
 # The terminal buffer (step size only, after the last mass-matrix window) is the step size's
 # last chance to settle; dual averaging needs a few dozen iterations for that. Stan's fixed 50
@@ -108,3 +109,55 @@ def initial_step_size(chain, generator, step_size=1.0, target_accept=0.8, max_do
         step_size = candidate
     raise RuntimeError("could not find a reasonable initial step size: the posterior may be "
                        "improper or its gradient wrong")
+
+
+def trajectory_length_for_min_ess(covariance, inverse_mass, step_size, jitter=True,
+                                  max_steps=1024, fraction=0.9):
+    """The shortest number of leapfrog steps whose predicted min ESS per iteration is within
+    ``fraction`` of the best, for a posterior approximated by a Gaussian with ``covariance``.
+
+    On a Gaussian the leapfrog (step size eps, inverse mass M^-1) rotates each eigendirection
+    of M^-1 Sigma^-1 (frequency omega_i) by theta_i = arccos(1 - eps^2 omega_i^2 / 2) per step,
+    so an iteration of l steps with fresh momentum leaves lag-1 autocorrelation
+    rho_i = cos(l theta_i) along it, and a uniform l in {1, ..., L} (``jitter``) the mean of
+    those. The chain of each direction is then AR(1) with effective samples per iteration
+    (1 - rho_i) / (1 + rho_i) (capped at 1: antithetic resonances are not relied on); the
+    slowest direction's is the min ESS. Past the point where it stops growing, steps only cost,
+    hence the shortest L within ``fraction`` of the best. (A choice from the covariance alone,
+    not from timings, so the same seed gives the same draws.)
+
+    Parameters
+    ----------
+    covariance : ndarray of shape (dim, dim)
+        The posterior covariance (e.g. of exploration states).
+    inverse_mass : None or ndarray of shape (dim,) or (dim, dim)
+        M^-1 (None: the identity).
+    step_size : float
+    jitter : bool
+        Whether the number of steps is drawn uniformly from {1, ..., L}.
+    max_steps : int
+        The largest L considered.
+    fraction : float
+        In (0, 1].
+
+    Returns
+    -------
+    n_steps : int
+    min_ess_per_iteration : float
+        The predicted min ESS per iteration at ``n_steps`` (no rejections).
+    """
+    import scipy.linalg
+    covariance = np.atleast_2d(np.asarray(covariance, dtype=np.float64))
+    dim = covariance.shape[0]
+    inverse_mass = np.ones(dim) if inverse_mass is None else np.asarray(inverse_mass, np.float64)
+    minv = np.diag(inverse_mass) if inverse_mass.ndim == 1 else inverse_mass
+    # omega^2: the generalized eigenvalues of M^-1 v = omega^2 Sigma v
+    omega2 = scipy.linalg.eigh(minv, covariance, eigvals_only=True)
+    cos_theta = np.clip(1.0 - 0.5 * step_size ** 2 * np.maximum(omega2, 0.0), -1.0, 1.0)
+    steps = np.arange(1, max_steps + 1)
+    rho = np.cos(np.outer(steps, np.arccos(cos_theta)))  # (max_steps, dim): l steps exactly
+    if jitter:
+        rho = np.cumsum(rho, axis=0) / steps[:, None]
+    ess = np.minimum((1.0 - rho) / np.maximum(1.0 + rho, 1e-12), 1.0).min(axis=1)
+    best = int(np.argmax(ess >= fraction * ess.max()))
+    return best + 1, float(ess[best])

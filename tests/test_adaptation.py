@@ -12,6 +12,7 @@ import pytest
 
 from rnshmc import HMC, Target
 from rnshmc.adaptation import (WarmupSchedule, initial_step_size, regularized_variance,
+                               trajectory_length_for_min_ess,
                                terminal_buffer)
 
 SEEDS = [0, 1, 2]
@@ -378,3 +379,57 @@ def test_tune_zero_warning_points_at_the_caller(harmonic_target):
         HMC(harmonic_target(2)).sample(10, tune=0, progress=False)   # called from here
     assert any("tune=0" in str(w.message) for w in caught)
     assert {os.path.basename(w.filename) for w in caught} == {os.path.basename(__file__)}
+
+
+# ----------------------------------------------------------------------------------------------
+# the trajectory length for min ESS (RNS-HMC's surrogate_n_steps="auto")
+
+
+def test_trajectory_length_closed_form_without_jitter():
+    """A unit Gaussian, no jitter, free steps: the smallest L whose rotation l theta reaches
+    pi/2 (lag-1 autocorrelation cos(L theta) <= 0: one effective sample per iteration)."""
+    for eps in (0.05, 0.1, 0.3):
+        theta = math.acos(1 - eps ** 2 / 2)
+        L, ess = trajectory_length_for_min_ess(np.eye(1), None, eps, jitter=False, fraction=1.0)
+        assert L == math.ceil(math.pi / 2 / theta - 1e-12)
+        assert ess == pytest.approx(1.0)
+
+
+def test_trajectory_length_is_invariant_to_preconditioning():
+    """With M^-1 = Sigma every direction is a unit one: the answer of the unit Gaussian."""
+    rng = np.random.default_rng(0)
+    A = rng.standard_normal((4, 4))
+    cov = A @ A.T + 0.5 * np.eye(4)
+    for jitter in (False, True):
+        assert (trajectory_length_for_min_ess(cov, cov, 0.2, jitter)[0]
+                == trajectory_length_for_min_ess(np.eye(1), None, 0.2, jitter)[0])
+        # a diagonal M^-1 equal to the variances: the answer of the correlation matrix
+        sd = np.sqrt(np.diag(cov))
+        assert (trajectory_length_for_min_ess(cov, np.diag(cov), 0.2, jitter)[0]
+                == trajectory_length_for_min_ess(cov / np.outer(sd, sd), None, 0.2, jitter)[0])
+
+
+def test_trajectory_length_is_the_shortest_near_the_best():
+    """With jitter the predicted min ESS grows to 1 and stays: the shortest L within the
+    fraction of it, and the fraction 1 gives the first L at the best."""
+    from rnshmc.adaptation import trajectory_length_for_min_ess as length
+    L90, ess90 = length(np.eye(1), None, 0.1, True, fraction=0.9)
+    L100, ess100 = length(np.eye(1), None, 0.1, True, fraction=1.0)
+    assert L90 < L100 and ess90 >= 0.9 and ess100 == pytest.approx(1.0)
+    assert length(np.eye(1), None, 0.1, True, max_steps=L90 - 1, fraction=1.0)[1] < 0.9
+
+
+@pytest.mark.parametrize("n_steps", [20, 40, 78])
+def test_predicted_min_ess_matches_hmc_on_a_gaussian(n_steps):
+    """The prediction is what a chain gives: exact HMC (eps = 0.2, jittered L, acceptance
+    about 0.99) on a Gaussian with sds 1 and 5, min ESS per iteration within 25% (measured
+    0.059, 0.25, 1.0 against predicted 0.059, 0.24, 1.0; 78 is the optimum)."""
+    from rnshmc.models import Gaussian
+    cov = np.diag([1.0, 25.0])
+    L, predicted = trajectory_length_for_min_ess(cov, None, 0.2, True, max_steps=n_steps,
+                                                 fraction=1.0)
+    assert L == n_steps  # longer is better up to 78 here
+    res = HMC(Gaussian(np.zeros(2), cov), step_size=0.2, n_steps=n_steps).sample(
+        5000, tune=0, chains=4, rng=n_steps, init=np.zeros(2), progress=False)
+    measured = res.ess().min() / 20000
+    assert measured == pytest.approx(predicted, rel=0.25), (measured, predicted)
