@@ -3,7 +3,8 @@
   a. Cost from a cold start to min ESS >= 1000, every exact evaluation counted from the first
      iteration (a density and a gradient one each: forward and adjoint PDE solves), all
      chains pooled (4 chains, each RNS chain explores and fits its own surrogate):
-       HMC, Stan-style warm-up (step size and diagonal mass matrix), tune 1000, at its best L;
+       HMC, Stan-style warm-up (step size and diagonal mass matrix) of 200 or 1000
+         iterations, at its best L and warm-up;
        RNS-HMC with the papers' protocol (5000 exploration iterations at the papers' fixed
          step size and L, 4000 training states, values only, raw inputs, s = 1000);
        RNS-HMC and ARNS-HMC with rnshmc's defaults at the given exploration lengths.
@@ -26,6 +27,7 @@ Section c (acceptance against training points) is still to come.
 
     OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/bench_adaptive.py [--sections a b]
         [--problems pde logistic] [--draws 2000] [--tunes 200 500] [--hmc-lengths 5 10 20 40]
+        [--hmc-tunes 200 1000]
 """
 import argparse
 import os
@@ -109,8 +111,9 @@ def cold_start_section(problem, args):
           f"{args.draws} draws per run; exact evaluations = densities + gradients)", flush=True)
     kwargs = dict(draws=args.draws, chains=args.chains, rng=args.seed, progress=False)
     runs = {}
-    for L in args.hmc_lengths:
-        runs[f"HMC, Stan warm-up, L={L}"] = (rnshmc.HMC(model, n_steps=L), 1000)
+    for tune in args.hmc_tunes:  # a short warm-up is HMC's best chance at a low total too
+        for L in args.hmc_lengths:
+            runs[f"HMC, Stan warm-up {tune}, L={L}"] = (rnshmc.HMC(model, n_steps=L), tune)
     runs["RNS-HMC, papers' protocol"] = (rnshmc.RNSHMC(
         model, step_size=papers["step_size"], n_steps=papers["n_steps"],
         n_hidden=papers["n_hidden"], ridge=papers["ridge"], whiten=False, gradient_weight=0.0,
@@ -154,6 +157,7 @@ def main():
     parser.add_argument("--chains", type=int, default=4)
     parser.add_argument("--tunes", type=int, nargs="+", default=[200, 500])
     parser.add_argument("--hmc-lengths", type=int, nargs="+", default=[5, 10, 20, 40])
+    parser.add_argument("--hmc-tunes", type=int, nargs="+", default=[200, 1000])
     parser.add_argument("--n-hidden", type=int, default=1000)
     parser.add_argument("--points", type=int, default=2000)
     parser.add_argument("--repeats", type=int, default=7)

@@ -179,6 +179,13 @@ target_accept, max_energy_error
             ``exploration_acceptance_rate`` (over the training window), ``surrogate`` (per
             chain, the fitted surrogate as arrays: :meth:`fitted_surrogates` rebuilds them),
             and ``timings`` with ``"tune"`` (exploration), ``"train"`` and ``"sampling"``.
+            The trust watch adds ``exact_dynamics`` (chains, draws): draws made on exact
+            dynamics; ``n_refits`` and ``fallback`` per chain; ``trust_events`` (per chain, a
+            list of dicts: the iteration, the window's and the exploration's acceptance, the
+            action, and for a refit the old surrogate's centred RMS misfit at the new exact
+            states, the new fit's residual, hidden units and training points).
+            ``n_gradient_evals_sampling`` counts the exact gradients of exact stretches
+            (``n_surrogate_gradient_evals`` the surrogate's).
         """
         return super().sample(draws=draws, tune=tune, chains=chains, rng=rng, init=init,
                               progress=progress, pool=pool)
