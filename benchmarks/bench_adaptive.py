@@ -32,7 +32,6 @@ Section c (acceptance against training points) is still to come.
 import argparse
 import os
 import sys
-import time
 import warnings
 from pathlib import Path
 
