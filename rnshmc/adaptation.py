@@ -112,9 +112,10 @@ def initial_step_size(chain, generator, step_size=1.0, target_accept=0.8, max_do
 
 
 def trajectory_length_for_min_ess(covariance, inverse_mass, step_size, jitter=True,
-                                  max_steps=1024, fraction=0.9):
-    """The shortest number of leapfrog steps whose predicted min ESS per iteration is within
-    ``fraction`` of the best, for a posterior approximated by a Gaussian with ``covariance``.
+                                  max_steps=1024, fraction=0.9, per="iteration"):
+    """The shortest number of leapfrog steps whose predicted min ESS per iteration (or per
+    leapfrog step) is within ``fraction`` of the best, for a posterior approximated by a
+    Gaussian with ``covariance``.
 
     On a Gaussian the leapfrog (step size eps, inverse mass M^-1) rotates each eigendirection
     of M^-1 Sigma^-1 (frequency omega_i) by theta_i = arccos(1 - eps^2 omega_i^2 / 2) per step,
@@ -139,6 +140,10 @@ def trajectory_length_for_min_ess(covariance, inverse_mass, step_size, jitter=Tr
         The largest L considered.
     fraction : float
         In (0, 1].
+    per : {"iteration", "step"}
+        What an iteration costs: one exact density whatever L (surrogate dynamics), or its
+        leapfrog steps, L on average without jitter and (L + 1) / 2 with (exact dynamics,
+        one gradient per step).
 
     Returns
     -------
@@ -146,6 +151,8 @@ def trajectory_length_for_min_ess(covariance, inverse_mass, step_size, jitter=Tr
     min_ess_per_iteration : float
         The predicted min ESS per iteration at ``n_steps`` (no rejections).
     """
+    if per not in ("iteration", "step"):
+        raise ValueError(f"per must be 'iteration' or 'step', got {per!r}")
     import scipy.linalg
     covariance = np.atleast_2d(np.asarray(covariance, dtype=np.float64))
     dim = covariance.shape[0]
@@ -159,5 +166,8 @@ def trajectory_length_for_min_ess(covariance, inverse_mass, step_size, jitter=Tr
     if jitter:
         rho = np.cumsum(rho, axis=0) / steps[:, None]
     ess = np.minimum((1.0 - rho) / np.maximum(1.0 + rho, 1e-12), 1.0).min(axis=1)
-    best = int(np.argmax(ess >= fraction * ess.max()))
+    value = ess
+    if per == "step":
+        value = ess / ((steps + 1) / 2 if jitter else steps)
+    best = int(np.argmax(value >= fraction * value.max()))
     return best + 1, float(ess[best])

@@ -419,6 +419,27 @@ def test_trajectory_length_is_the_shortest_near_the_best():
     assert length(np.eye(1), None, 0.1, True, max_steps=L90 - 1, fraction=1.0)[1] < 0.9
 
 
+def test_trajectory_length_per_step_maximises_ess_per_gradient():
+    """Priced per leapfrog step (exact dynamics): the L maximising the predicted min ESS per
+    step, checked against the AR(1) closed form of a unit Gaussian (no jitter: ESS(L) =
+    tan^2(L theta / 2), capped at 1, per L steps), never longer than the per-iteration
+    choice; a bad ``per`` is refused."""
+    for eps in (0.05, 0.1, 0.3):
+        theta = math.acos(1 - eps ** 2 / 2)
+        steps = np.arange(1, 1025)
+        closed = np.minimum(np.tan(steps * theta / 2) ** 2, 1.0)
+        closed[np.cos(steps * theta) <= 0] = 1.0
+        L, ess = trajectory_length_for_min_ess(np.eye(1), None, eps, jitter=False,
+                                               fraction=1.0, per="step")
+        assert L == int(np.argmax(closed / steps)) + 1
+        assert ess == pytest.approx(closed[L - 1])
+        for jitter in (False, True):
+            assert (trajectory_length_for_min_ess(np.eye(1), None, eps, jitter, per="step")[0]
+                    <= trajectory_length_for_min_ess(np.eye(1), None, eps, jitter)[0])
+    with pytest.raises(ValueError, match="per must be"):
+        trajectory_length_for_min_ess(np.eye(1), None, 0.1, per="gradient")
+
+
 @pytest.mark.parametrize("n_steps", [20, 40, 78])
 def test_predicted_min_ess_matches_hmc_on_a_gaussian(n_steps):
     """The prediction is what a chain gives: exact HMC (eps = 0.2, jittered L, acceptance

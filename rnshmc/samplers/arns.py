@@ -60,7 +60,7 @@ class ARNSHMC(RNSHMC):
         self.freeze_after = None if freeze_after is None else check_integer(
             freeze_after, "freeze_after", minimum=0)
 
-    def sample(self, draws=1000, tune=1000, chains=1, rng=None, init=None, progress=True,
+    def sample(self, draws=1000, tune=200, chains=1, rng=None, init=None, progress=True,
                pool=None):
         """Explore with exact HMC, fit the surrogate, then draw samples while it learns.
 

@@ -290,6 +290,29 @@ n_train, target_accept, max_energy_error, mass_matrix, inverse_mass_matrix, adap
         self.rm_jitter = bool(jitter)
         self.n_adapt = check_integer(n_adapt, "n_adapt", minimum=1)
 
+    def sample(self, draws=1000, tune=1000, chains=1, rng=None, init=None, progress=True,
+               pool=None):
+        """Explore with exact HMC, fit the surrogate, then draw samples with the generalized
+        leapfrog on it.
+
+        Parameters
+        ----------
+        draws, chains, rng, init, progress, pool
+            As for :meth:`rnshmc.RNSHMC.sample`.
+        tune : int
+            Exploration iterations per chain (default 1000: RNS-RMHMC has no trust watch yet,
+            and its metric, the surrogate's Hessian, needs a surrogate fitted well around the
+            posterior, so it keeps a longer exploration than RNS-HMC's default 200).
+
+        Returns
+        -------
+        SampleResult
+            The keys of :meth:`rnshmc.RNSHMC.sample` and the implicit solver's of
+            :meth:`rnshmc.RMHMC.sample`.
+        """
+        return super().sample(draws=draws, tune=tune, chains=chains, rng=rng, init=init,
+                              progress=progress, pool=pool)
+
     def init_states(self, draws=1000, tune=1000, chains=1, rng=None, init=None):
         states = super().init_states(draws, tune, chains, rng, init)
         if np.ndim(self.rm_step_size) and len(self.rm_step_size) != len(states):

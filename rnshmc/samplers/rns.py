@@ -44,7 +44,11 @@ class RNSHMC(ChainSampler):
     step_size, n_steps, jitter, mass_matrix, inverse_mass_matrix, adapt_mass_matrix, \
 target_accept, max_energy_error
         As for :class:`~rnshmc.HMC`; the step size and mass matrix of the exploration are kept
-        for sampling.
+        for sampling. ``n_steps`` (default 5) is the exploration's (and the exact stretches')
+        number of leapfrog steps: the exploration's trajectories only have to adapt the
+        kernel and spread the training states, and on the authors' PDE 5 cost 20-30% fewer
+        exact evaluations to min ESS 1000 from a cold start than 10
+        (``benchmarks/bench_adaptive.py``).
     surrogate_n_steps : int, "auto" or None
         Number of leapfrog steps (the maximum with jitter) in the sampling phase, where steps
         are cheap. None means ``n_steps``. "auto" (default) chooses the shortest L whose
@@ -74,8 +78,10 @@ target_accept, max_energy_error
         The surrogate is watched where the chain is: over every ``trust_window`` sampling
         iterations on the surrogate's dynamics, an acceptance rate under ``trust_ratio`` times
         the exploration's (over its training window) distrusts it. The chain then runs
-        ``refit_iterations`` iterations of exact HMC (kept draws; the exploration's step size,
-        mass matrix and trajectory length), the surrogate is refitted to the training data
+        ``refit_iterations`` iterations of exact HMC (kept draws; the exploration's step size
+        and mass matrix, and the number of steps with the best predicted min ESS per exact
+        gradient, ``exact_n_steps`` in the result, by the rule of ``surrogate_n_steps``
+        priced per step), the surrogate is refitted to the training data
         plus those exact states with ``refit_growth`` times as many hidden units, and the
         chain goes back to the surrogate's dynamics. After ``max_refits`` refits a further
         distrust makes the rest of the chain exact HMC (fallback). Each refit and fallback is
@@ -111,7 +117,7 @@ target_accept, max_energy_error
               "sampling": Phase(keep=("samples", "records", "gradients"))}
 
     def __init__(self, target, n_hidden=1000, nodes="additive", activation="softplus",
-                 ridge=1e-6, step_size=None, n_steps=10, jitter=True, n_explore=None,
+                 ridge=1e-6, step_size=None, n_steps=5, jitter=True, n_explore=None,
                  n_train=None, training_data="states", delayed_acceptance=False, whiten=True,
                  gradient_weight=1.0,
                  weight_scale=None, surrogate_n_steps="auto", mass_matrix=None,
@@ -155,7 +161,7 @@ target_accept, max_energy_error
         self.refit_growth = check_real(refit_growth, "refit_growth", lower=1.0,
                                        lower_inclusive=True)
 
-    def sample(self, draws=1000, tune=1000, chains=1, rng=None, init=None, progress=True,
+    def sample(self, draws=1000, tune=200, chains=1, rng=None, init=None, progress=True,
                pool=None):
         """Explore with exact HMC, fit the surrogate, then draw samples.
 
@@ -165,6 +171,8 @@ target_accept, max_energy_error
             Number of kept iterations per chain (sampling phase).
         tune : int
             Exploration iterations per chain (unless ``n_explore`` was given), discarded.
+            The default 200 aims at the least total cost from a cold start (the trust watch
+            refits a surrogate that proves poor); the papers' protocol is ``tune=5000``.
         chains, rng, init, progress, pool
             As for :meth:`rnshmc.HMC.sample`. Each chain fits its own surrogate.
 
@@ -174,7 +182,8 @@ target_accept, max_energy_error
             The keys of :meth:`rnshmc.HMC.sample` (``n_density_evals`` and
             ``n_gradient_evals`` count exact evaluations of the target over all phases), plus
             ``n_density_evals_explore``, ``n_density_evals_sampling``,
-            ``n_surrogate_gradient_evals``, ``surrogate_n_steps`` (per chain), ``n_train``,
+            ``n_surrogate_gradient_evals``, ``surrogate_n_steps`` and ``exact_n_steps`` (per
+            chain: the sampling phase's number of steps on either dynamics), ``n_train``,
             ``fit_residual`` (RMS misfit of the training values), ``gradient_residual``,
             ``exploration_acceptance_rate`` (over the training window), ``surrogate`` (per
             chain, the fitted surrogate as arrays: :meth:`fitted_surrogates` rebuilds them),
@@ -236,9 +245,10 @@ target_accept, max_energy_error
             self._start_sampling(chain, state)
 
     def trajectory(self, name, state):
-        if name == "sampling" and state.extras.get("dynamics") != "exact":
-            return state.extras["surrogate_n_steps"], self.jitter
-        return self.n_steps, self.jitter  # the exploration's
+        if name == "sampling":
+            exact = state.extras.get("dynamics") == "exact"
+            return state.extras["exact_n_steps" if exact else "surrogate_n_steps"], self.jitter
+        return self.n_steps, self.jitter
 
     # ------------------------------------------------------------------------------------------
 
@@ -293,6 +303,9 @@ target_accept, max_energy_error
                             mode_evals={"exact": [0, 0], "surrogate": [0, 0]})
         state.evals["training"] = [0, 0]
         state.extras["surrogate_n_steps"] = self._sampling_n_steps(state, generator)
+        # exact stretches and the fallback pay a gradient per step: their L is chosen for min
+        # ESS per gradient (the exploration's L only had to adapt and spread training states)
+        state.extras["exact_n_steps"] = self._choose_n_steps(state, per="step")
 
     def _sampling_n_steps(self, state, generator):
         """The sampling phase's number of leapfrog steps."""
@@ -312,13 +325,14 @@ target_accept, max_energy_error
         state.evals["training"][0] += chain.n_density_evals
         chain.n_density_evals = chain.n_gradient_evals = 0
 
-    def _choose_n_steps(self, state):
-        """The sampling phase's number of steps (see ``surrogate_n_steps``)."""
+    def _choose_n_steps(self, state, per="iteration"):
+        """The number of steps for min ESS per exact density (surrogate dynamics, see
+        ``surrogate_n_steps``) or per exact gradient (exact dynamics)."""
         from ..adaptation import trajectory_length_for_min_ess
         states = state.outputs["exploration"]["samples"][self._training_window(state)]
         n_steps, _ = trajectory_length_for_min_ess(
             np.cov(states, rowvar=False), state.inverse_mass, state.kernel["step_size"],
-            self.jitter, self.MAX_AUTO_STEPS)
+            self.jitter, self.MAX_AUTO_STEPS, per=per)
         return n_steps
 
     # ------------------------------------------------------------------------------------------
@@ -449,6 +463,7 @@ target_accept, max_energy_error
         result["n_density_evals"] = (result["n_density_evals_explore"]
                                      + result["n_density_evals_sampling"])
         result["surrogate_n_steps"] = per_chain(lambda s: s.extras["surrogate_n_steps"], np.int64)
+        result["exact_n_steps"] = per_chain(lambda s: s.extras["exact_n_steps"], np.int64)
         result["exploration_acceptance_rate"] = per_chain(
             lambda s: s.extras["exploration_acceptance_rate"])
         surrogates = [s.extras["surrogate"] for s in states]
