@@ -69,7 +69,9 @@ def test_installs_vanish_and_stop_when_frozen(correlated_gaussian):
     frozen = rnshmc.ARNSHMC(model, freeze_after=100, **POOR).sample(1000, tune=300, rng=3,
                                                                     progress=False)
     assert frozen.installed[0, :100].any() and not frozen.installed[0, 100:].any()
-    assert 0 < frozen.n_online_points[0] <= 100  # nothing learnt after the freeze
+    # nothing learnt after the freeze
+    assert 0 < frozen.n_online_points[0] == frozen.online_added[0, :100].sum()
+    assert not frozen.online_added[0, 100:].any()
     # the same iterations, and the same exact-evaluation counters as RNS-HMC
     assert frozen.n_density_evals_sampling[0] == 1000
     assert frozen.n_gradient_evals_sampling[0] == 0
@@ -84,6 +86,25 @@ def test_learning_raises_acceptance_over_a_poor_start(seed, correlated_gaussian)
     arns = rnshmc.ARNSHMC(model, **kwargs).sample(3000, tune=300, rng=seed, progress=False)
     late = slice(1500, 3000)
     assert arns.accepted[0, late].mean() > rns.accepted[0, late].mean() + 0.05
+
+
+@pytest.mark.filterwarnings("ignore:.*under a third of the exploration")
+def test_online_points_are_the_evaluated_proposals_or_the_accepted_states(correlated_gaussian):
+    """By default the rejected proposals join the accepted ones (those under the ceiling and
+    not diverging); ``online_points="accepted"`` adds the new states only."""
+    model, _, _ = correlated_gaussian()
+    kwargs = dict(POOR, n_hidden=40)
+    res = {points: rnshmc.ARNSHMC(model, online_points=points, **kwargs).sample(
+        1000, tune=300, rng=2, progress=False) for points in ("accepted", "proposals")}
+    accepted = res["accepted"]
+    np.testing.assert_array_equal(accepted.online_added, accepted.accepted)
+    assert accepted.n_online_points[0] == accepted.accepted.sum()
+    proposals = res["proposals"]
+    assert np.all(proposals.online_added >= proposals.accepted)
+    assert proposals.online_added[0, ~proposals.accepted[0]].any()
+    assert proposals.n_online_points[0] == proposals.online_added.sum()
+    with pytest.raises(ValueError, match="online_points"):
+        rnshmc.ARNSHMC(model, online_points="states")
 
 
 def test_bad_arguments(correlated_gaussian):

@@ -236,6 +236,46 @@ def test_run_writes_the_gradients(harmonic_target, make_chain, run_chain):
     assert empty["samples"].shape == (0, 3)
 
 
+def test_run_writes_the_proposals_with_their_exact_potentials(make_chain, run_chain):
+    """``proposals`` receives each proposal and the test's potential there: an accepted one is
+    the new state with U = -log_density, a rejected one is a point the chain never visits
+    with its true potential; NaN where the test did not evaluate (a divergence, a stage-1
+    rejection); the draws do not change."""
+    def true_logp(q):
+        return -0.5 * float(np.sum(q ** 2 / np.array([1.0, 0.25])))
+
+    def surrogate_logp_and_grad(q):  # a wrong Gaussian drives the dynamics
+        return -0.5 * float(q @ q) / 1.5, -q / 1.5
+
+    true_target = PyCallableTarget(2, logp=true_logp)
+    for delayed in (False, True):
+        outs, rows = [], np.full((300, 3), -1.0)
+        for proposals in (None, rows):
+            chain = make_chain(PyCallableTarget(2, logp_and_grad=surrogate_logp_and_grad), 2,
+                               test=true_target, delayed_acceptance=delayed)
+            chain.set_position(np.ones(2))
+            outs.append(run_chain(chain, np.random.default_rng(3), 300, 0.9, 6, jitter=True,
+                                  proposals=proposals))
+        plain, out = outs
+        np.testing.assert_array_equal(out["samples"], plain["samples"])
+        accepted = out["accepted"].astype(bool)
+        assert 0 < accepted.sum() < 300
+        np.testing.assert_array_equal(rows[accepted, :2], out["samples"][accepted])
+        np.testing.assert_allclose(rows[accepted, 2], -out["log_density"][accepted], rtol=1e-12)
+        evaluated = ~np.isnan(rows[:, 2])
+        for row in rows[evaluated]:
+            assert row[2] == pytest.approx(-true_logp(row[:2]), rel=1e-12)
+        rejected = ~accepted & evaluated
+        assert rejected.any()
+        assert not np.any(np.all(rows[rejected, None, :2] == out["samples"][None], axis=2))
+        if delayed:
+            assert (~evaluated).any()  # stage-1 rejections cost no exact evaluation
+    chain = make_chain(PyCallableTarget(2, logp_and_grad=surrogate_logp_and_grad), 2)
+    chain.set_position(np.ones(2))
+    with pytest.raises(ValueError, match="too small"):
+        run_chain(chain, np.random.default_rng(0), 5, 0.5, 2, proposals=np.empty((5, 2)))
+
+
 def test_energy_error_of_one_step_is_inf_for_a_divergent_step(make_chain):
     def spike_logp(q):
         return 0.0 if np.all(q == 0.0) else -np.inf

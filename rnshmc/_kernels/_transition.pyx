@@ -123,6 +123,7 @@ cdef class Chain:
     cdef double* scratch
     cdef double U_dyn
     cdef double U_test
+    cdef double U_proposal   # the test potential of the last proposal (NaN: not evaluated)
     cdef readonly bint has_state
     cdef public double step_size
     # n_density_evals counts evaluations of the test target (with a shared target, every
@@ -410,6 +411,7 @@ cdef class Chain:
             diverged = not isfinite(dH) or dH > self.max_energy_error
             prob = 0.0 if diverged else (1.0 if dH <= 0.0 else exp(-dH))
             accept = random_standard_uniform(bitgen) < prob
+        self.U_proposal = U_test_new if isfinite(U_test_new) else NAN
         record.diverging = diverged
         record.solver_failed = failed
         record.solver_iterations = info.iterations
@@ -444,7 +446,8 @@ cdef class Chain:
     def run(self, generator, Py_ssize_t n_iter, Py_ssize_t n_steps, bint jitter,
             double[:, ::1] samples, Transition[::1] records, double[:, ::1] gradients=None,
             bint adapt_step_size=False, bint accumulate_variance=False,
-            double[:, ::1] trajectory=None, Py_ssize_t[::1] trajectory_ends=None):
+            double[:, ::1] trajectory=None, Py_ssize_t[::1] trajectory_ends=None,
+            double[:, ::1] proposals=None):
         """Run ``n_iter`` transitions, writing row ``i`` of each output for transition ``i``.
 
         Outputs are preallocated by the caller (no allocation here): ``samples`` (n_iter, dim),
@@ -460,7 +463,9 @@ cdef class Chain:
         as a density evaluation already); ``trajectory_rows`` tells how many were written,
         and ``trajectory_ends`` (n_iter,), if given, receives the rows written up to the end of
         each transition (a trajectory cut short by a non-finite value records fewer rows than
-        its steps).
+        its steps). ``proposals`` (n_iter, dim + 1), if given, receives each transition's
+        proposal and its exact (test) potential, NaN where the test did not evaluate it (a
+        divergence of the dynamics, a failed implicit solve, a stage-1 rejection).
         """
         if not self.has_state:
             raise RuntimeError("set_position must be called before run")
@@ -468,7 +473,9 @@ cdef class Chain:
             raise ValueError("need n_iter >= 0, n_steps >= 1 and a finite step_size > 0")
         if (samples.shape[0] < n_iter or samples.shape[1] != self.dim or records.shape[0] < n_iter
                 or (gradients is not None and (gradients.shape[0] < n_iter
-                                               or gradients.shape[1] != self.dim))):
+                                               or gradients.shape[1] != self.dim))
+                or (proposals is not None and (proposals.shape[0] < n_iter
+                                               or proposals.shape[1] != self.dim + 1))):
             raise ValueError("output buffers are too small")
         if adapt_step_size and self.da.target_accept == 0.0:
             raise RuntimeError("restart_step_size_adaptation must be called before adapting")
@@ -494,9 +501,11 @@ cdef class Chain:
         bit_generator = generator.bit_generator
         cdef bitgen_t* bitgen = get_bitgen(bit_generator)
         cdef double* gradient_rows = NULL if gradients is None else &gradients[0, 0]
+        cdef double* proposal_rows = NULL if proposals is None else &proposals[0, 0]
         try:
             self.run_loop(bit_generator, bitgen, n_iter, n_steps, jitter, samples, records,
-                          gradient_rows, adapt_step_size, accumulate_variance, ends)
+                          gradient_rows, adapt_step_size, accumulate_variance, ends,
+                          proposal_rows)
         finally:
             if recorder is not None:
                 self.trajectory_rows = recorder.record_count
@@ -506,12 +515,19 @@ cdef class Chain:
     cdef int run_loop(self, object bit_generator, bitgen_t* bitgen, Py_ssize_t n_iter,
                       Py_ssize_t n_steps, bint jitter, double[:, ::1] samples,
                       Transition[::1] records, double* gradient_rows, bint adapt_step_size,
-                      bint accumulate_variance, Py_ssize_t* ends) except -1:
+                      bint accumulate_variance, Py_ssize_t* ends,
+                      double* proposal_rows) except -1:
         cdef Py_ssize_t it
         with bit_generator.lock, nogil:
             for it in range(n_iter):
                 self.transition(bitgen, n_steps, jitter, &records[it])
                 memcpy(&samples[it, 0], self.q, self.dim * sizeof(double))
+                if proposal_rows != NULL:
+                    # an accepted proposal is the new state; a rejected one is left in q_new
+                    memcpy(&proposal_rows[it * (self.dim + 1)],
+                           self.q if records[it].accepted else self.q_new,
+                           self.dim * sizeof(double))
+                    proposal_rows[it * (self.dim + 1) + self.dim] = self.U_proposal
                 if gradient_rows != NULL:
                     memcpy(&gradient_rows[it * self.dim], self.grad, self.dim * sizeof(double))
                 if adapt_step_size:

@@ -46,8 +46,9 @@ class Phase(NamedTuple):
     keep : tuple of str
         Outputs kept for every iteration: "samples", "records", "gradients" (the dynamics
         gradient at each state: training data), "trajectory" (every leapfrog step's (q, U,
-        grad U), with "trajectory_ends": training data from whole trajectories). Others go to
-        reused chunk buffers.
+        grad U), with "trajectory_ends": training data from whole trajectories), "proposals"
+        (each proposal and its exact potential, NaN where it was not evaluated: ARNS-HMC's
+        online points). Others go to reused chunk buffers.
     adapt_mass : bool
         With ``adapt``, the mass matrix too (when the sampler's settings say so); False for a
         position-dependent metric, which has no mass matrix.
@@ -363,6 +364,8 @@ class ChainSampler:
                 # transition's rows end
                 outputs[key] = np.zeros((n_iter * n_steps, 2 * dim + 1))
                 outputs["trajectory_ends"] = np.zeros(n_iter, dtype=np.intp)
+            elif key == "proposals":  # each proposal and its exact potential (NaN: none)
+                outputs[key] = np.zeros((n_iter, dim + 1))
             else:
                 outputs[key] = (np.zeros(n_iter, TRANSITION) if key == "records"
                                 else np.zeros((n_iter, dim)))
@@ -387,16 +390,17 @@ class ChainSampler:
             n = stop - first
             rows = {key: (outputs[key][first:stop] if key in outputs else scratch[key][:n])
                     for key in ("samples", "records")}
-            rows["gradients"] = outputs["gradients"][first:stop] if "gradients" in outputs else None
+            for key in ("gradients", "proposals"):
+                rows[key] = outputs[key][first:stop] if key in outputs else None
             accumulate = schedule is not None and schedule.in_slow_window(first)
             if ends is None:
                 chain.run(generator, n, n_steps, jitter, rows["samples"], rows["records"],
-                          rows["gradients"], adapt_step, accumulate)
+                          rows["gradients"], adapt_step, accumulate, proposals=rows["proposals"])
             else:
                 start = outputs["trajectory_ends"][first - 1] if first > 0 else 0
                 chain.run(generator, n, n_steps, jitter, rows["samples"], rows["records"],
                           rows["gradients"], adapt_step, accumulate,
-                          outputs["trajectory"][start:], ends[:n])
+                          outputs["trajectory"][start:], ends[:n], proposals=rows["proposals"])
                 outputs["trajectory_ends"][first:stop] = ends[:n] + start
             state.iteration = stop
             ran += n

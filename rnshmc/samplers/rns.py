@@ -281,7 +281,7 @@ target_accept, max_energy_error
         surrogate.fit(Q, U, gradients=G if self.gradient_weight > 0 else None,
                       gradient_weight=self.gradient_weight, online=self.ONLINE)
         state.extras["surrogate"] = surrogate.get_state()
-        self._fitted(state, surrogate)
+        self._fitted(state, surrogate, U)
         return surrogate
 
     def _train(self, state, generator):
@@ -313,8 +313,9 @@ target_accept, max_energy_error
             return self._choose_n_steps(state)
         return self.surrogate_n_steps
 
-    def _fitted(self, state, surrogate):
-        """Called with the surrogate just fitted (ARNS-HMC keeps the object)."""
+    def _fitted(self, state, surrogate, U):
+        """Called with the surrogate just fitted to potentials ``U`` (ARNS-HMC keeps the
+        object)."""
 
     def _start_sampling(self, chain, state):
         """Continue from the exploration's last state on the surrogate's dynamics; the exact
