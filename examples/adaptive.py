@@ -31,6 +31,7 @@ logistic regression about half of it); the PDE alone about 2 min:
     python examples/adaptive.py --problems pde --chains 20
 """
 import argparse
+import importlib.util
 import warnings
 from pathlib import Path
 
@@ -149,16 +150,23 @@ def print_figure8(curves, floor, n_times=8):
     times = np.geomspace(start, end, n_times)
     print(f"  Fig. 8: relative error of the mean (median over chains) at wall time from the "
           f"first iteration (reference's own relative MC error {floor:.4f}); '-' = not "
-          "sampling yet")
+          "sampling yet, 'done' = its draws ended")
+
+    def cell(seconds, rem, t):
+        if t < seconds[0]:
+            return f"{'-':>8s}"
+        if t > seconds[-1] * (1 + 1e-9):
+            return f"{'done':>8s}"
+        return f"{rem[np.searchsorted(seconds, t, side='right') - 1]:8.4f}"
     print("    " + f"{'seconds':28s}" + "".join(f"{t:8.1f}" for t in times) + "  warnings")
     for label, (seconds, rem, n_warnings) in curves.items():
-        cells = [f"{rem[np.searchsorted(seconds, t, side='right') - 1]:8.4f}"
-                 if t >= seconds[0] else f"{'-':>8s}" for t in times]
+        cells = [cell(seconds, rem, t) for t in times]
         print(f"    {label:28s}" + "".join(cells) + f"  {n_warnings}")
 
 
 def plot(figures, out):
     import matplotlib
+    import matplotlib.ticker
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     names = list(figures)
@@ -176,6 +184,7 @@ def plot(figures, out):
             ax8.plot(seconds, rem, label=label)
         ax8.axhline(floor, color="grey", ls=":", label="reference MC error")
         ax8.set(xscale="log", yscale="log", xlabel="seconds", ylabel="REM", title=name)
+        ax8.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     axes7[0][0].legend(fontsize=7)
     axes8[0][0].legend(fontsize=7)
     out.mkdir(parents=True, exist_ok=True)
@@ -214,9 +223,7 @@ def main(argv=None):
         curves = figure8(model, settings, args, reference)
         print_figure8(curves, floor)
         figures[name] = (fig7, curves, floor)
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("matplotlib") is None:
         print("matplotlib is not installed: no PNG figures (the numbers are above)")
     else:
         plot(figures, args.out)
