@@ -19,8 +19,8 @@ class ARNSHMC(RNSHMC):
     exact Metropolis test), except that the fit also starts an online least-squares estimator
     (:meth:`~rnshmc.RandomNetworkSurrogate.partial_fit`: Greville's / recursive least-squares
     updates, O(s^2) per point) and, during sampling, each proposal is added to it with its
-    exact potential (which the Metropolis test computed anyway; ``online_points``). The updated weights are
-    installed into the dynamics after iteration t of the sampling phase only with probability
+    exact potential (which the Metropolis test computed anyway; ``online_points``). The
+    updated weights are installed into the dynamics after iteration t of the sampling phase only with probability
     a_t (``adaptation_rate``, default 1/sqrt(t)): a_t -> 0 with sum a_t infinite, the
     diminishing adaptation of Roberts and Rosenthal (2007, Theorem 5) that keeps the chain
     ergodic for the true posterior. Between installs the dynamics are a fixed surrogate's, so
@@ -159,16 +159,15 @@ class ARNSHMC(RNSHMC):
             # refit that ends it instead
             block = slice(first, end)
             records = outputs["records"][block]
+            new = records["accepted"].astype(bool)
             if self.online_points == "proposals":
                 rows = outputs["proposals"][block]
-                accepted = records["accepted"].astype(bool)
-                # rejected proposals only up to the highest potential of the states fitted so
-                # far: farther out, a few huge values would dominate the least-squares fit
-                ceiling = state.extras["online_ceiling"]
-                new = accepted | (rows[:, -1] <= ceiling) & ~records["diverging"].astype(bool)
+                # rejected proposals only under the ceiling set at the last fit: farther out,
+                # a few huge values would dominate the least-squares fit
+                under = rows[:, -1] <= state.extras["online_ceiling"]
+                new |= under & ~records["diverging"].astype(bool)
                 Q, U = rows[new, :-1], rows[new, -1]
             else:
-                new = records["accepted"].astype(bool)
                 Q, U = outputs["samples"][block][new], -records["log_density"][new]
             added[block] = new
             if len(U):

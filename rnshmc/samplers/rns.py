@@ -44,11 +44,10 @@ class RNSHMC(ChainSampler):
     step_size, n_steps, jitter, mass_matrix, inverse_mass_matrix, adapt_mass_matrix, \
 target_accept, max_energy_error
         As for :class:`~rnshmc.HMC`; the step size and mass matrix of the exploration are kept
-        for sampling. ``n_steps`` (default 5) is the exploration's (and the exact stretches')
-        number of leapfrog steps: the exploration's trajectories only have to adapt the
-        kernel and spread the training states, and on the authors' PDE 5 cost 20-30% fewer
-        exact evaluations to min ESS 1000 from a cold start than 10
-        (``benchmarks/bench_adaptive.py``).
+        for sampling. ``n_steps`` (default 5) is the exploration's number of leapfrog steps:
+        its trajectories only have to adapt the kernel and spread the training states, and on
+        the authors' PDE 5 cost 20-30% fewer exact evaluations to min ESS 1000 from a cold
+        start than 10 (``benchmarks/bench_adaptive.py``).
     surrogate_n_steps : int, "auto" or None
         Number of leapfrog steps (the maximum with jitter) in the sampling phase, where steps
         are cheap. None means ``n_steps``. "auto" (default) chooses the shortest L whose
