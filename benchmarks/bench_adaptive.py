@@ -23,11 +23,21 @@
      (``RandomNetworkSurrogate.fit``, values only) for comparison; medians of interleaved
      rounds (benchmarks/_timing.py).
 
-Section c (acceptance against training points) is still to come.
+  c. Acceptance against the number of training points, at the papers' step size and L
+     (fixed, no trust watch): ARNS-HMC from a ``--points-explore``-iteration exploration (the
+     last 80% of its states are its first points; then every evaluated proposal under the
+     ceiling joins, examples/adaptive.py's Fig. 7), its draws binned by the number of points
+     their weights were fitted to; against RNS-HMC fitted once to N exploration states
+     (values and gradients, ``n_train`` = N of N / 0.8 exploration iterations), acceptance of
+     its sampling draws. RNS-HMC is fitted to the same number of points, not ARNS-HMC's own
+     ones: the online weights equal the batch fit on the same points (tests/test_online.py,
+     1e-8), so a refit of those would only measure the install lag. With each, the exact
+     evaluations spent to have the N points (ARNS-HMC: exploration plus one density per
+     sampling iteration until the weights in use have N points; RNS-HMC: its exploration).
 
-    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/bench_adaptive.py [--sections a b]
-        [--problems pde logistic] [--draws 2000] [--tunes 200 500] [--hmc-lengths 5 10 20 40]
-        [--hmc-tunes 200 1000]
+    OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/bench_adaptive.py
+        [--sections a b c] [--problems pde logistic] [--draws 2000] [--tunes 200 500]
+        [--hmc-lengths 5 10 20 40] [--hmc-tunes 200 1000] [--points 40 100 200 500 1000 2000]
 """
 import argparse
 import os
@@ -41,13 +51,15 @@ import rnshmc
 from _timing import ratio_line, rounds  # benchmarks/ is on sys.path
 from rnshmc._kernels._online import OnlineLeastSquares
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+
 TARGET_MS = 0.5
 BLOCK = 64  # as the estimator's pending-row buffer
 
 
 def update_section(args):
     rng = np.random.default_rng(args.seed)
-    s, dim, n = args.n_hidden, 10, args.points
+    s, dim, n = args.n_hidden, 10, args.fitted_points
     Q = rng.standard_normal((n + 1, dim))
     t = 0.5 * np.sum(Q ** 2, axis=1)
     surrogate = rnshmc.RandomNetworkSurrogate(dim, n_hidden=s, ridge=1e-6, whiten=True, rng=0)
@@ -94,7 +106,6 @@ def cost_to_min_ess(result, wanted=1000.0):
 
 def load_problem(name, seed):
     if name == "pde":
-        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
         import elliptic_pde
         model, title = elliptic_pde.load()
         return model, title, dict(step_size=0.16, n_steps=10, n_hidden=1000, ridge=1e-7)
@@ -147,9 +158,52 @@ def cold_start_section(problem, args):
                      if label.startswith("ARNS") else ""))
 
 
+def points_section(problem, args):
+    from adaptive import training_points
+    model, title, papers = load_problem(problem, args.seed)
+    fixed = dict(step_size=papers["step_size"], n_steps=papers["n_steps"],
+                 n_hidden=papers["n_hidden"], ridge=papers["ridge"], surrogate_n_steps=None,
+                 trust_ratio=None, training_data="states")
+    kwargs = dict(chains=args.chains, rng=args.seed, progress=False, init=np.zeros(model.dim))
+    print(f"\nc. {title}: acceptance against training points (papers' step size "
+          f"{papers['step_size']} and L = {papers['n_steps']}, s = {papers['n_hidden']}; "
+          f"{args.chains} chains; median over chains, min..max)", flush=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # acceptance collapse at few points is the point here
+        arns = rnshmc.ARNSHMC(model, **fixed).sample(draws=args.points_draws,
+                                                     tune=args.points_explore, **kwargs)
+    points = training_points(arns)
+    explore_evals = arns.n_density_evals - arns.n_density_evals_sampling \
+        + arns.n_gradient_evals - arns.n_gradient_evals_sampling
+    print(f"  {'points':>6s}  {'ARNS-HMC acceptance':>22s} {'exact evals':>11s}   "
+          f"{'RNS-HMC acceptance':>22s} {'exact evals':>11s}")
+    grid = [n for n in args.points if n >= points.min()]
+    for lo, hi in zip(grid, grid[1:] + [np.inf]):
+        per_chain, evals = [], []
+        for c in range(args.chains):
+            where = (points[c] >= lo) & (points[c] < hi)
+            if where.any():
+                per_chain.append(arns.accept_prob[c][where].mean())
+                # exploration plus one density per sampling iteration up to the first such draw
+                evals.append(explore_evals[c] + np.argmax(where))
+        arns_cell = (f"{np.median(per_chain):5.2f} ({min(per_chain):.2f}..{max(per_chain):.2f})"
+                     f" {len(per_chain):>2d}ch" if per_chain else f"{'-':>22s}")
+        arns_evals = f"{np.median(evals):11.0f}" if evals else f"{'-':>11s}"
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            rns = rnshmc.RNSHMC(model, n_train=lo, **fixed).sample(
+                draws=args.points_rns_draws, tune=int(np.ceil(lo / 0.8)), **kwargs)
+        acc = rns.acceptance_rate
+        rns_evals = np.median(rns.n_density_evals - rns.n_density_evals_sampling
+                              + rns.n_gradient_evals - rns.n_gradient_evals_sampling)
+        print(f"  {lo:6d}  {arns_cell:>22s} {arns_evals}   {np.median(acc):5.2f} "
+              f"({acc.min():.2f}..{acc.max():.2f})      {rns_evals:11.0f}", flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--sections", nargs="+", default=["a", "b"], choices=["a", "b"])
+    parser.add_argument("--sections", nargs="+", default=["a", "b", "c"],
+                        choices=["a", "b", "c"])
     parser.add_argument("--problems", nargs="+", default=["pde", "logistic"],
                         choices=["pde", "logistic"])
     parser.add_argument("--draws", type=int, default=2000)
@@ -158,7 +212,13 @@ def main():
     parser.add_argument("--hmc-lengths", type=int, nargs="+", default=[5, 10, 20, 40])
     parser.add_argument("--hmc-tunes", type=int, nargs="+", default=[200, 1000])
     parser.add_argument("--n-hidden", type=int, default=1000)
-    parser.add_argument("--points", type=int, default=2000)
+    parser.add_argument("--fitted-points", type=int, default=2000,
+                        help="points fitted before the timed update (b)")
+    parser.add_argument("--points", type=int, nargs="+",
+                        default=[40, 100, 200, 500, 1000, 2000], help="(c)")
+    parser.add_argument("--points-explore", type=int, default=50, help="(c)")
+    parser.add_argument("--points-draws", type=int, default=2000, help="ARNS-HMC draws (c)")
+    parser.add_argument("--points-rns-draws", type=int, default=500, help="RNS-HMC draws (c)")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
@@ -170,6 +230,9 @@ def main():
             cold_start_section(problem, args)
     if "b" in args.sections:
         update_section(args)
+    if "c" in args.sections:
+        for problem in args.problems:
+            points_section(problem, args)
 
 
 if __name__ == "__main__":

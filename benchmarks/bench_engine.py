@@ -31,6 +31,8 @@ import os
 import subprocess
 import sys
 
+import inspect
+
 import numpy as np
 import scipy.special
 
@@ -196,14 +198,19 @@ def time_samplers():
     mat = os.path.join(shared, "rnshmc-original", "ePDE.mat")
     pde = (rnshmc.models.EllipticPDE.from_mat(mat) if os.path.exists(mat)
            else rnshmc.models.EllipticPDE(n=30, element="Q1", rng=0))
+    # the baseline fits to exploration states (it has no training_data option)
+    same_data = (dict(training_data="states")
+                 if "training_data" in inspect.signature(rnshmc.RNSHMC).parameters else {})
     cases = {
         "HMC, logistic": (rnshmc.HMC(logistic, step_size=0.045, n_steps=6), 150, 10, beta),
         # surrogate_n_steps=None: the fixed L both versions run
         "RNS-HMC, logistic": (rnshmc.RNSHMC(logistic, n_hidden=2000, step_size=0.045, n_steps=6,
-                                            surrogate_n_steps=None), 300, 300, beta),
+                                            surrogate_n_steps=None, **same_data), 300, 300,
+                              beta),
         "HMC, PDE": (rnshmc.HMC(pde, step_size=0.16, n_steps=10), 3000, 1000, np.zeros(pde.dim)),
         "RNS-HMC, PDE": (rnshmc.RNSHMC(pde, n_hidden=1000, ridge=1e-7, step_size=0.16,
-                                       n_steps=10, surrogate_n_steps=None), 3000, 1000,
+                                       n_steps=10, surrogate_n_steps=None, **same_data),
+                         3000, 1000,
                          np.zeros(pde.dim)),
     }
     out = {}

@@ -97,7 +97,8 @@ def figure7(model, settings, args):
     """ARNS-HMC's acceptance by training points and HMC's at the same step size and L."""
     step = dict(step_size=settings["step_size"], n_steps=settings["n_steps"])
     arns = rnshmc.ARNSHMC(model, n_hidden=settings["n_hidden"], ridge=settings["ridge"],
-                          surrogate_n_steps=None, trust_ratio=None, **step)
+                          training_data="states", surrogate_n_steps=None, trust_ratio=None,
+                          **step)
     res, _ = quietly(arns, draws=args.draws, tune=args.explore, chains=args.chains,
                      rng=args.seed, init=np.zeros(model.dim))
     hmc, _ = quietly(rnshmc.HMC(model, **step), draws=args.hmc_draws, tune=args.explore,
@@ -117,7 +118,8 @@ def figure8(model, settings, args, reference):
     runs = {
         "HMC": (rnshmc.HMC(model), args.tune),
         "RNS-HMC, papers' protocol": (rnshmc.RNSHMC(
-            model, whiten=False, gradient_weight=0.0, surrogate_n_steps=None, trust_ratio=None,
+            model, whiten=False, gradient_weight=0.0, training_data="states",
+            surrogate_n_steps=None, trust_ratio=None,
             **settings), args.rns_tune),
         "RNS-HMC, defaults": (rnshmc.RNSHMC(model), 200),
         "ARNS-HMC, defaults": (rnshmc.ARNSHMC(model), 200),

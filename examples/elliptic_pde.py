@@ -82,6 +82,7 @@ def samplers_for(model, extra_rows=True, methods=("hmc", "rns-hmc"), softabs=Non
         samplers["RMHMC"] = rnshmc.RMHMC(model, metric="gauss_newton", **rm)
     if "rns-hmc" in methods:
         samplers["RNS-HMC (papers)"] = rnshmc.RNSHMC(model, whiten=False, gradient_weight=0.0,
+                                                     training_data="states",
                                                      surrogate_n_steps=None, trust_ratio=None,
                                                      **common)
         samplers["RNS-HMC (rnshmc)"] = rnshmc.RNSHMC(model, **common)

@@ -95,7 +95,8 @@ def samplers_for(model, settings, delayed=False, methods=("hmc", "rns-hmc"), sof
     if "rns-hmc" in methods:
         samplers["RNS-HMC (papers)"] = rnshmc.RNSHMC(
             model, n_hidden=s, ridge=ridge, step_size=eps, n_steps=L, whiten=False,
-            gradient_weight=0.0, surrogate_n_steps=None, trust_ratio=None)
+            gradient_weight=0.0, training_data="states", surrogate_n_steps=None,
+            trust_ratio=None)
         samplers["RNS-HMC (rnshmc)"] = rnshmc.RNSHMC(model, n_hidden=s, ridge=ridge,
                                                      step_size=eps, n_steps=L)
         if delayed:

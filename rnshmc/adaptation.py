@@ -112,10 +112,10 @@ def initial_step_size(chain, generator, step_size=1.0, target_accept=0.8, max_do
 
 
 def trajectory_length_for_min_ess(covariance, inverse_mass, step_size, jitter=True,
-                                  max_steps=1024, fraction=0.9, per="iteration"):
-    """The shortest number of leapfrog steps whose predicted min ESS per iteration (or per
-    leapfrog step) is within ``fraction`` of the best, for a posterior approximated by a
-    Gaussian with ``covariance``.
+                                  max_steps=1024, fraction=0.9, per="iteration", step_cost=0.0):
+    """The shortest number of leapfrog steps whose predicted min ESS per unit of cost (an
+    iteration, or a leapfrog step) is within ``fraction`` of the best, for a posterior
+    approximated by a Gaussian with ``covariance``.
 
     On a Gaussian the leapfrog (step size eps, inverse mass M^-1) rotates each eigendirection
     of M^-1 Sigma^-1 (frequency omega_i) by theta_i = arccos(1 - eps^2 omega_i^2 / 2) per step,
@@ -141,9 +141,12 @@ def trajectory_length_for_min_ess(covariance, inverse_mass, step_size, jitter=Tr
     fraction : float
         In (0, 1].
     per : {"iteration", "step"}
-        What an iteration costs: one exact density whatever L (surrogate dynamics), or its
-        leapfrog steps, L on average without jitter and (L + 1) / 2 with (exact dynamics,
-        one gradient per step).
+        What an iteration costs: one exact density plus ``step_cost`` per leapfrog step
+        (surrogate dynamics), or its leapfrog steps (exact dynamics, one gradient per step).
+        An iteration has L steps on average without jitter and (L + 1) / 2 with.
+    step_cost : float
+        With ``per="iteration"``: the cost of one leapfrog step in exact densities (a
+        surrogate gradient's; 0 treats the steps as free).
 
     Returns
     -------
@@ -153,21 +156,26 @@ def trajectory_length_for_min_ess(covariance, inverse_mass, step_size, jitter=Tr
     """
     if per not in ("iteration", "step"):
         raise ValueError(f"per must be 'iteration' or 'step', got {per!r}")
+    if not (np.isfinite(step_cost) and step_cost >= 0):
+        raise ValueError(f"step_cost must be finite and >= 0, got {step_cost!r}")
     import scipy.linalg
     covariance = np.atleast_2d(np.asarray(covariance, dtype=np.float64))
     dim = covariance.shape[0]
     inverse_mass = np.ones(dim) if inverse_mass is None else np.asarray(inverse_mass, np.float64)
     minv = np.diag(inverse_mass) if inverse_mass.ndim == 1 else inverse_mass
     # omega^2: the generalized eigenvalues of M^-1 v = omega^2 Sigma v
-    omega2 = scipy.linalg.eigh(minv, covariance, eigvals_only=True)
+    try:
+        omega2 = scipy.linalg.eigh(minv, covariance, eigvals_only=True)
+    except np.linalg.LinAlgError:
+        raise ValueError("covariance must be symmetric positive definite (from fewer states "
+                         "than dimensions it is singular: shrink it first)") from None
     cos_theta = np.clip(1.0 - 0.5 * step_size ** 2 * np.maximum(omega2, 0.0), -1.0, 1.0)
     steps = np.arange(1, max_steps + 1)
     rho = np.cos(np.outer(steps, np.arccos(cos_theta)))  # (max_steps, dim): l steps exactly
     if jitter:
         rho = np.cumsum(rho, axis=0) / steps[:, None]
     ess = np.minimum((1.0 - rho) / np.maximum(1.0 + rho, 1e-12), 1.0).min(axis=1)
-    value = ess
-    if per == "step":
-        value = ess / ((steps + 1) / 2 if jitter else steps)
+    mean_steps = (steps + 1) / 2 if jitter else steps
+    value = ess / mean_steps if per == "step" else ess / (1.0 + step_cost * mean_steps)
     best = int(np.argmax(value >= fraction * value.max()))
     return best + 1, float(ess[best])

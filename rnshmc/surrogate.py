@@ -43,6 +43,25 @@ def _all_finite(*arrays):
     return all(a is None or np.all(np.isfinite(a)) for a in arrays)
 
 
+def gradient_flops(dim, n_hidden, whiten=True):
+    """Floating-point operations of one surrogate gradient (an estimate).
+
+    Two matrix-vector products with the s x d input weights (4 s d), the activation and its
+    slope per unit (about 20 s), and with whitening two triangular products (2 d^2). The
+    surrogate samplers weigh it against a model's ``density_flops`` to price a leapfrog step.
+
+    Parameters
+    ----------
+    dim, n_hidden : int
+    whiten : bool
+
+    Returns
+    -------
+    float
+    """
+    return 4.0 * n_hidden * dim + 20.0 * n_hidden + (2.0 * dim * dim if whiten else 0.0)
+
+
 class RandomNetworkSurrogate:
     """A one-hidden-layer network with random hidden units and fitted output weights.
 

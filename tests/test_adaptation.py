@@ -440,6 +440,42 @@ def test_trajectory_length_per_step_maximises_ess_per_gradient():
         trajectory_length_for_min_ess(np.eye(1), None, 0.1, per="gradient")
 
 
+def test_trajectory_length_with_priced_steps():
+    """Surrogate steps at ``step_cost`` exact densities each: the L maximising the predicted
+    min ESS per (1 + step_cost L), against the AR(1) closed form of a unit Gaussian (no
+    jitter); free steps are the default; a dearer step never gives a longer L, and a very dear
+    one gives the per-step choice; a negative or non-finite cost is refused."""
+    for eps in (0.05, 0.1, 0.3):
+        theta = math.acos(1 - eps ** 2 / 2)
+        steps = np.arange(1, 1025)
+        closed = np.minimum(np.tan(steps * theta / 2) ** 2, 1.0)
+        closed[np.cos(steps * theta) <= 0] = 1.0
+        for cost in (0.01, 0.1, 1.0):
+            L, ess = trajectory_length_for_min_ess(np.eye(1), None, eps, jitter=False,
+                                                   fraction=1.0, step_cost=cost)
+            assert L == int(np.argmax(closed / (1 + cost * steps))) + 1
+            assert ess == pytest.approx(closed[L - 1])
+    # the spectrum of eps omega of the authors' PDE after a 200-iteration warm-up (step size
+    # and diagonal mass adapted): with jitter the predicted min ESS creeps towards 1 long after
+    # it is near 0.9, where free steps put the 90% threshold; any price ends that creep
+    eps_omega = np.array([0.31, 0.34, 0.36, 0.36, 0.38, 0.39, 0.42, 0.42, 0.44, 0.46, 0.47, 0.50,
+                          0.51, 0.52, 0.55, 0.57, 0.62, 0.64, 0.71, 0.73])
+    cov = np.diag(eps_omega ** -2.0)
+    for jitter in (False, True):
+        choices = [trajectory_length_for_min_ess(cov, None, 1.0, jitter, step_cost=c)
+                   for c in (0.0, 0.001, 0.01, 0.1, 1.0, 1e9)]
+        lengths = [L for L, _ in choices]
+        assert lengths[0] == trajectory_length_for_min_ess(cov, None, 1.0, jitter)[0]
+        assert lengths == sorted(lengths, reverse=True)
+        assert lengths[-1] == trajectory_length_for_min_ess(cov, None, 1.0, jitter,
+                                                            per="step")[0]
+        if jitter:  # a third of the steps at 1% less predicted ESS
+            assert lengths[0] >= 3 * lengths[2] and choices[2][1] > 0.99 * choices[0][1] - 0.01
+    for bad in (-0.1, np.inf, np.nan):
+        with pytest.raises(ValueError, match="step_cost"):
+            trajectory_length_for_min_ess(np.eye(1), None, 0.1, step_cost=bad)
+
+
 @pytest.mark.parametrize("n_steps", [20, 40, 78])
 def test_predicted_min_ess_matches_hmc_on_a_gaussian(n_steps):
     """The prediction is what a chain gives: exact HMC (eps = 0.2, jittered L, acceptance

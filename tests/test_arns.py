@@ -8,8 +8,8 @@ import rnshmc
 
 # a deliberately poor initial surrogate (as in test_rns.py): 15 units fitted to 60 states
 # trust_ratio=None: the surrogate stays the poor one (no refit, no exact stretches)
-POOR = dict(n_hidden=15, n_train=60, gradient_weight=0.0, whiten=False, n_steps=8,
-            trust_ratio=None)
+POOR = dict(n_hidden=15, n_train=60, training_data="states", gradient_weight=0.0,
+            whiten=False, n_steps=8, trust_ratio=None)
 
 
 

@@ -433,3 +433,14 @@ def test_bad_inputs_raise(small_models):
 def test_from_mat_rejects_another_file(shared_data):
     with pytest.raises(ValueError, match="ePDE"):
         EllipticPDE.from_mat(shared_data / "rnshmc-original" / "Sigma.mat")
+
+
+def test_density_flops_grows_as_the_banded_factorisation():
+    """The operation count surrogate samplers price steps against: dominated by the banded
+    Cholesky factorisation, n kd^2 with n ~ N^2 unknowns and kd ~ N on an N x N mesh, so it
+    grows about 16x when the mesh side doubles (assembly and log kappa grow 4x)."""
+    small = rnshmc.models.EllipticPDE(n=16, element="P1", n_modes=5, rng=0)
+    large = rnshmc.models.EllipticPDE(n=32, element="P1", n_modes=5, rng=0)
+    solver = small.solver
+    assert small.density_flops > solver.free_nodes.size * solver.bandwidth ** 2
+    assert 10 < large.density_flops / small.density_flops < 16.5

@@ -13,8 +13,8 @@ import rnshmc
 # a deliberately poor surrogate: 15 units fitted to 60 states (acceptance 0.5-0.7 instead of
 # the exploration's 0.8, and a fit residual of 0.1-0.4 in potential units)
 # trust_ratio=None: the surrogate stays the poor one (no refit, no exact stretches)
-POOR = dict(n_hidden=15, n_train=60, gradient_weight=0.0, whiten=False, n_steps=8,
-            trust_ratio=None)
+POOR = dict(n_hidden=15, n_train=60, training_data="states", gradient_weight=0.0,
+            whiten=False, n_steps=8, trust_ratio=None)
 
 
 @pytest.mark.filterwarnings("ignore:.*under a third of the exploration")
@@ -76,7 +76,7 @@ def test_good_surrogate_on_logistic_regression_matches_hmc():
 def test_phases_and_counters(correlated_gaussian):
     model, mean, cov = correlated_gaussian()
     draws, tune = 500, 300
-    sampler = rnshmc.RNSHMC(model, n_hidden=50, step_size=0.3, n_steps=6)
+    sampler = rnshmc.RNSHMC(model, n_hidden=50, step_size=0.3, n_steps=6, training_data="states")
     res = sampler.sample(draws, tune=tune, chains=2, rng=0, progress=False)
     # exploration: one exact gradient (and density) per leapfrog step, plus the start
     assert np.all(res.n_gradient_evals + 1 == res.n_density_evals_explore)
@@ -137,7 +137,8 @@ def test_acceptance_collapse_warns_when_unwatched(correlated_gaussian):
 # the trust watch: a distrusted surrogate is refitted after an exact stretch, then replaced
 
 # 8 units fitted to 50 states: sampling acceptance far under the exploration's
-DISTRUSTED = dict(n_hidden=8, n_train=50, gradient_weight=0.0, whiten=False, n_steps=8)
+DISTRUSTED = dict(n_hidden=8, n_train=50, training_data="states", gradient_weight=0.0,
+                  whiten=False, n_steps=8)
 
 
 def exact_iterations(events, draws, refit_iterations):
@@ -255,9 +256,9 @@ def test_needs_a_gradient():
 
 
 def test_automatic_trajectory_length(correlated_gaussian):
-    """"auto" prices L by the predicted min ESS per second, without exact evaluations of its
-    own; on a correlated Gaussian with L = 2 in exploration it chooses longer trajectories
-    and a larger min ESS."""
+    """"auto" chooses L by the predicted min ESS per unit of cost, without exact evaluations
+    of its own; on a correlated Gaussian with L = 2 in exploration it chooses longer
+    trajectories and a larger min ESS."""
     model, _, _ = correlated_gaussian()
     kwargs = dict(draws=2000, tune=300, chains=2, rng=0, progress=False)
     fixed = rnshmc.RNSHMC(model, n_hidden=60, n_steps=2, surrogate_n_steps=None).sample(**kwargs)
@@ -269,6 +270,63 @@ def test_automatic_trajectory_length(correlated_gaussian):
     assert res.ess().min() > 2 * fixed.ess().min()
     with pytest.raises(ValueError):
         rnshmc.RNSHMC(model, surrogate_n_steps="long")
+
+
+def test_hidden_units_grow_with_the_quadratic_form():
+    """n_hidden="auto": 1.5 d (d + 1) / 2 rounded up to a hundred, within [1000, 4000]; an
+    integer is kept; anything else is refused."""
+    target = rnshmc.Target(lambda q: -0.5 * q @ q, lambda q: -q)
+    auto = rnshmc.RNSHMC(target)
+    assert [auto.hidden_units(d) for d in (1, 20, 36, 37, 50, 72, 73, 500)] == \
+        [1000, 1000, 1000, 1100, 2000, 4000, 4000, 4000]
+    assert rnshmc.RNSHMC(target, n_hidden=300).hidden_units(50) == 300
+    for bad in ("many", 0, 2.5):
+        with pytest.raises((TypeError, ValueError), match="n_hidden"):
+            rnshmc.RNSHMC(target, n_hidden=bad)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_exploration_shorter_than_the_dimension():
+    """Fewer distinct training states than dimensions (a singular covariance) still give
+    trajectory lengths (a covariance shrunk towards its diagonal); the bare rule refuses a
+    singular covariance with a clear error."""
+    from rnshmc.adaptation import trajectory_length_for_min_ess
+    dim = 30
+    target = rnshmc.Target(lambda q: -0.5 * q @ q, lambda q: -q, dim=dim)
+    res = rnshmc.RNSHMC(target, n_hidden=50, training_data="states").sample(
+        20, tune=20, rng=0, progress=False)
+    assert res.n_train[0] == 16 < dim
+    assert 1 <= res.surrogate_n_steps[0] and 1 <= res.exact_n_steps[0]
+    with pytest.raises(ValueError, match="positive definite"):
+        trajectory_length_for_min_ess(np.ones((3, 3)), None, 0.1)
+
+
+def test_surrogate_step_cost(correlated_gaussian):
+    """A surrogate step is priced by the surrogate's gradient flops over the model's
+    density_flops ("auto"), 0 for a target that declares none, or as given; a dearer step
+    never gives a longer automatic L with the same exploration, and one priced like an exact
+    gradient gives the exact dynamics' L; a negative cost is refused."""
+    from rnshmc.surrogate import gradient_flops
+    X, y, _ = rnshmc.datasets.simulated_logistic(n=500, dim=3, rng=0)
+    model = rnshmc.models.LogisticRegression(X, y)
+    assert model.density_flops == 500 * (2 * 3 + 20)
+    sampler = rnshmc.RNSHMC(model, n_hidden=60)
+    assert sampler.step_cost(3) == pytest.approx(gradient_flops(3, 60) / model.density_flops)
+    assert rnshmc.RNSHMC(model, n_hidden=60, surrogate_step_cost=0.25).step_cost(3) == 0.25
+    gaussian, _, _ = correlated_gaussian()
+    assert not hasattr(gaussian, "density_flops")
+    assert rnshmc.RNSHMC(gaussian).step_cost(2) == 0.0
+    kwargs = dict(draws=50, tune=300, chains=2, rng=0, progress=False)
+    free = rnshmc.RNSHMC(gaussian, n_hidden=60, n_steps=2).sample(**kwargs)
+    dear = rnshmc.RNSHMC(gaussian, n_hidden=60, n_steps=2, surrogate_step_cost=1e9).sample(**kwargs)
+    np.testing.assert_array_equal(dear.n_density_evals_explore, free.n_density_evals_explore)
+    assert np.all(dear.surrogate_n_steps <= free.surrogate_n_steps)
+    # steps as dear as exact gradients: the exact dynamics' choice from the same exploration
+    np.testing.assert_array_equal(dear.surrogate_n_steps, dear.exact_n_steps)
+    with pytest.raises(ValueError, match="surrogate_step_cost"):
+        rnshmc.RNSHMC(gaussian, surrogate_step_cost=-1.0)
+    with pytest.raises(TypeError, match="surrogate_step_cost"):
+        rnshmc.RNSHMC(gaussian, surrogate_step_cost="cheap")
 
 
 @pytest.mark.filterwarnings("ignore:.*under a third of the exploration")
@@ -295,16 +353,17 @@ def test_exact_on_a_skewed_target_with_a_poor_surrogate(delayed, seed, mcse_z, l
 @pytest.mark.filterwarnings("ignore:.*under a third of the exploration")
 @pytest.mark.parametrize("seed", [0, 1])
 def test_training_on_whole_trajectories(seed, check_mean, check_covariance, correlated_gaussian):
-    """training_data="trajectories": the fit uses every step of the training window's
-    non-diverging trajectories (more points than states, no extra evaluations counted), and
-    the chain stays exact."""
+    """training_data="trajectories" (the default): the fit uses the steps of the training
+    window's non-diverging trajectories under the ceiling (more points than states, at most
+    one per step, no extra evaluations counted), and the chain stays exact."""
     model, mean, cov = correlated_gaussian()
     kwargs = dict(n_hidden=40, n_train=60, n_steps=8)
-    states = rnshmc.RNSHMC(model, **kwargs).sample(200, tune=300, chains=2, rng=seed,
-                                                   progress=False)
-    res = rnshmc.RNSHMC(model, training_data="trajectories", **kwargs).sample(
-        6000, tune=300, chains=2, rng=seed, progress=False)
-    assert np.all(res.n_train > 3 * 60)
+    states = rnshmc.RNSHMC(model, training_data="states", **kwargs).sample(
+        200, tune=300, chains=2, rng=seed, progress=False)
+    res = rnshmc.RNSHMC(model, **kwargs).sample(6000, tune=300, chains=2, rng=seed,
+                                                progress=False)
+    assert np.all(states.n_train == 60) and np.all(res.n_train > 3 * 60)
+    assert np.all(res.n_train <= 60 * 8)
     np.testing.assert_array_equal(res.n_density_evals_explore, states.n_density_evals_explore)
     np.testing.assert_array_equal(res.n_gradient_evals, states.n_gradient_evals)
     check_mean(res.samples, mean)

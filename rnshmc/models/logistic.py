@@ -66,6 +66,14 @@ class LogisticRegression:
         """Number of coefficients."""
         return self.X.shape[1]
 
+    @property
+    def density_flops(self):
+        """Floating-point operations of one density evaluation, an estimate: the linear
+        predictor (2 d per row) and log(1 + exp) with the likelihood terms (about 20 per row).
+        Surrogate samplers use it to price their leapfrog steps against exact evaluations."""
+        n, d = self.X.shape
+        return float(n * (2 * d + 20))
+
     def potential(self, q):
         """U(q) = -log posterior density (up to a constant)."""
         return self._ctarget.eval_potential(q)

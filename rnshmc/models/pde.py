@@ -357,6 +357,18 @@ class EllipticPDE:
         """Number of KL modes."""
         return self.basis.shape[1]
 
+    @property
+    def density_flops(self):
+        """Floating-point operations of one density evaluation, an estimate: log kappa
+        (2 dim + 20 per element), assembly (2 k^2 per element of k nodes), the banded Cholesky
+        factorisation (n kd^2 for n unknowns and half-bandwidth kd) and the two triangular
+        solves (4 n kd). Surrogate samplers use it to price their leapfrog steps against exact
+        evaluations."""
+        solver = self.solver
+        n, kd = solver.free_nodes.size, solver.bandwidth
+        per_element = 2 * self.dim + 20 + 2 * solver.elements.shape[1] ** 2
+        return float(solver.n_elements * per_element + n * kd * kd + 4 * n * kd)
+
     def _check(self, q):
         q = np.ascontiguousarray(q, dtype=np.float64)
         if q.shape != (self.dim,):

@@ -271,7 +271,7 @@ n_train, target_accept, max_energy_error, mass_matrix, inverse_mass_matrix, adap
         super().__init__(target, n_hidden=n_hidden, nodes=nodes, activation=activation,
                          ridge=ridge, step_size=explore_step_size, n_steps=explore_n_steps,
                          jitter=explore_jitter, n_explore=n_explore, n_train=n_train,
-                         whiten=whiten, gradient_weight=gradient_weight,
+                         training_data="states", whiten=whiten, gradient_weight=gradient_weight,
                          weight_scale=weight_scale, mass_matrix=mass_matrix,
                          inverse_mass_matrix=inverse_mass_matrix,
                          adapt_mass_matrix=adapt_mass_matrix, target_accept=target_accept,
