@@ -202,8 +202,8 @@ def test_on_a_funnel_the_watch_keeps_up_with_exact_hmc(name, seed, funnel_target
     """The issue's hierarchical case: a surrogate of 500 units fits the funnel poorly (alone,
     acceptance 0.5-0.6 against exploration's 0.8-0.9, and chains that stick in its neck).
     Watched, min ESS per exact evaluation (from the first iteration) is at least half exact
-    HMC's, and R-hat of 4 chains at most 1.01. (Measured with the defaults of session 18,
-    training on whole trajectories: RNS-HMC seeds 1-5 give 1.03, 0.76, 1.38, 0.92 and 1.11
+    HMC's, and R-hat of 4 chains at most 1.01. (Measured with the defaults, training on
+    whole trajectories: RNS-HMC seeds 1-5 give 1.03, 0.76, 1.38, 0.92 and 1.11
     times HMC's, R-hat 1.005, 1.008, 1.010, 1.005, 1.009; ARNS-HMC seeds 1-3 1.40, 1.35,
     2.62, R-hat at most 1.006. Exact stretches at the exploration's 5 steps gave R-hat up to
     1.019.)"""
