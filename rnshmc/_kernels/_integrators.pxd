@@ -1,5 +1,6 @@
 # Integrators: map (q, p) with the gradient cached at q to a proposal, reporting what happened.
 from ._metrics cimport Metric
+from ._random cimport bitgen_t
 from ._riemann cimport RiemannianMetric
 from ._targets cimport CTarget
 
@@ -16,6 +17,9 @@ cdef class Integrator:
     # integrates the dynamics of a position-dependent (Riemannian) metric; the chain then
     # updates the metric at the start point before run() and reads its log-determinant
     cdef readonly bint riemannian
+    # draws what the integrator itself randomises per transition (L2HMC's direction), before
+    # the trajectory; nothing for the others
+    cdef int begin(self, bitgen_t* bitgen) except -1 nogil
     # Integrate n_steps of step_size from (q, p) in place; grad holds the target's gradient at
     # q on entry and at the end point on return; v is scratch for the velocity. U_end gets the
     # end potential if want_potential (else NaN), kinetic_end the end kinetic energy; both +inf

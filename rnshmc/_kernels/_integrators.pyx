@@ -17,6 +17,9 @@ from ._lapack cimport _gesv
 cdef class Integrator:
     """Interface of an integrator (abstract; see ``Leapfrog``)."""
 
+    cdef int begin(self, bitgen_t* bitgen) except -1 nogil:
+        return 0
+
     cdef int run(self, CTarget target, Metric metric, double* scratch, double* q, double* p,
                  double* grad, double* v, double step_size, Py_ssize_t n_steps,
                  bint want_potential, double* U_end, double* kinetic_end,

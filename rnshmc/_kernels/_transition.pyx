@@ -375,6 +375,7 @@ cdef class Chain:
         cdef TrajectoryInfo info
         self.prepare_metric()
         self.metric.draw_momentum(bitgen, self.p)
+        self.integrator.begin(bitgen)
         length = <Py_ssize_t> random_interval(bitgen, n_steps - 1) + 1 if jitter else n_steps
         kinetic0 = self.metric.kinetic(self.p, self.v)
         H0 = self.U_test + kinetic0
