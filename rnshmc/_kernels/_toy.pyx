@@ -1,4 +1,6 @@
 """Closed-form C-level targets for tests and overhead benchmarks."""
+from libc.math cimport cos, exp, log, sin, INFINITY, M_PI
+
 import numpy as np
 
 from ._blas cimport RowMajor, Lower, _dot, _symv
@@ -31,4 +33,68 @@ cdef class GaussianTarget(CTarget):
             centred[i] = q[i] - self.mean[i]
         _symv(RowMajor, Lower, n, 1.0, &self.precision[0, 0], n, centred, 1, 0.0, grad, 1)
         U[0] = 0.5 * _dot(n, centred, 1, grad, 1)
+        return 0
+
+
+cdef class MixtureTarget(CTarget):
+    """U(q) = -log sum_k w_k N(q; mu_k, s^2 I), by log-sum-exp (stable far from every mode)."""
+    cdef const double[:, ::1] means
+    cdef const double[::1] log_weights
+    cdef double variance
+
+    def __init__(self, const double[:, ::1] means, double variance, const double[::1] log_weights):
+        # scratch: the K log-terms
+        super().__init__(means.shape[1], means.shape[0])
+        self.means = means
+        self.variance = variance
+        self.log_weights = log_weights
+
+    def __reduce__(self):
+        return (MixtureTarget, (np.asarray(self.means), self.variance,
+                                np.asarray(self.log_weights)))
+
+    cdef int potential_and_gradient(self, const double* q, double* U, double* grad,
+                                    double* scratch) except -1 nogil:
+        cdef Py_ssize_t i, k
+        cdef Py_ssize_t K = self.means.shape[0]
+        cdef double d, top = -INFINITY, total = 0.0, r
+        for k in range(K):  # log w_k - |q - mu_k|^2 / (2 s^2)
+            scratch[k] = 0.0
+            for i in range(self.dim):
+                d = q[i] - self.means[k, i]
+                scratch[k] += d * d
+            scratch[k] = self.log_weights[k] - 0.5 * scratch[k] / self.variance
+            if scratch[k] > top:
+                top = scratch[k]
+        for k in range(K):
+            scratch[k] = exp(scratch[k] - top)
+            total += scratch[k]
+        U[0] = -(top + log(total)) + 0.5 * self.dim * log(2.0 * M_PI * self.variance)
+        for i in range(self.dim):  # sum_k r_k (q - mu_k) / s^2, r_k the responsibilities
+            grad[i] = 0.0
+        for k in range(K):
+            r = scratch[k] / total
+            for i in range(self.dim):
+                grad[i] += r * (q[i] - self.means[k, i]) / self.variance
+        return 0
+
+
+cdef class RoughWellTarget(CTarget):
+    """U(q) = |q|^2 / 2 + eta sum_i cos(q_i / eta)."""
+    cdef double eta
+
+    def __init__(self, Py_ssize_t dim, double eta):
+        super().__init__(dim, 0)
+        self.eta = eta
+
+    def __reduce__(self):
+        return (RoughWellTarget, (self.dim, self.eta))
+
+    cdef int potential_and_gradient(self, const double* q, double* U, double* grad,
+                                    double* scratch) except -1 nogil:
+        cdef Py_ssize_t i
+        U[0] = 0.0
+        for i in range(self.dim):
+            U[0] += 0.5 * q[i] * q[i] + self.eta * cos(q[i] / self.eta)
+            grad[i] = q[i] - sin(q[i] / self.eta)
         return 0

@@ -1,6 +1,8 @@
 """Built-in models: C-level targets."""
 from .logistic import LogisticRegression
 from .pde import EllipticPDE
-from .toy import Gaussian
+from .toy import (Gaussian, GaussianMixture, RoughWell, correlated_gaussian_2d,
+                  ill_conditioned_gaussian)
 
-__all__ = ["LogisticRegression", "EllipticPDE", "Gaussian"]
+__all__ = ["LogisticRegression", "EllipticPDE", "Gaussian", "GaussianMixture", "RoughWell",
+           "correlated_gaussian_2d", "ill_conditioned_gaussian"]

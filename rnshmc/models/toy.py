@@ -1,13 +1,41 @@
 """Closed-form targets with known moments (tests, benchmarks, examples)."""
 import numpy as np
 
-from .._kernels._toy import GaussianTarget
+from .._kernels._toy import GaussianTarget, MixtureTarget, RoughWellTarget
 
-__all__ = ["Gaussian"]
+__all__ = ["Gaussian", "GaussianMixture", "RoughWell", "ill_conditioned_gaussian",
+           "correlated_gaussian_2d"]
 
 
-class Gaussian:
-    """Multivariate normal N(mean, covariance) as a C-level target.
+class _ToyModel:
+    """What the toy models share: a C-level target in ``_ctarget`` and the potential
+    convention U = -log density (normalised where the docstring says so)."""
+
+    @property
+    def dim(self):
+        return self._ctarget.dim
+
+    def potential(self, q):
+        """U(q) = -log density."""
+        return self._ctarget.eval_potential(q)
+
+    def potential_and_gradient(self, q):
+        """(U(q), grad U(q))."""
+        return self._ctarget.eval_potential_and_gradient(q)
+
+    def log_density(self, q):
+        """Log density at ``q``."""
+        return -self.potential(q)
+
+    def log_density_gradient(self, q):
+        """(log density, gradient) at ``q``."""
+        U, grad = self.potential_and_gradient(q)
+        return -U, -grad
+
+
+class Gaussian(_ToyModel):
+    """Multivariate normal N(mean, covariance) as a C-level target, with
+    U(q) = (q - mean)^T P (q - mean) / 2 (the log density up to its constant).
 
     Parameters
     ----------
@@ -37,22 +65,99 @@ class Gaussian:
         self.precision = np.ascontiguousarray(np.linalg.inv(matrix) if precision is None else matrix)
         self._ctarget = GaussianTarget(self.mean, self.precision)
 
-    @property
-    def dim(self):
-        return self.mean.size
-
-    def potential(self, q):
-        """U(q) = (q - mean)^T P (q - mean) / 2."""
-        return self._ctarget.eval_potential(q)
-
-    def log_density(self, q):
-        """Log density at ``q`` up to the normalising constant."""
-        return -self.potential(q)
-
-    def log_density_gradient(self, q):
-        """(log density, gradient) at ``q``."""
-        U, grad = self._ctarget.eval_potential_and_gradient(q)
-        return -U, -grad
-
     def __reduce__(self):
         return (type(self), (self.mean, None, self.precision))
+
+
+def ill_conditioned_gaussian(dim=50):
+    """L2HMC's ill-conditioned Gaussian: zero mean, diagonal variances log-spaced from 1e-2 to
+    1e2 (Levy et al. 2018, sec. 5.1).
+
+    Parameters
+    ----------
+    dim : int
+
+    Returns
+    -------
+    Gaussian
+    """
+    return Gaussian(np.zeros(dim), covariance=np.diag(np.logspace(-2.0, 2.0, dim)))
+
+
+def correlated_gaussian_2d():
+    """L2HMC's strongly correlated Gaussian: variances 1e2 and 1e-1 rotated by pi/4, i.e.
+    covariance [[50.05, -49.95], [-49.95, 50.05]] (Levy et al. 2018, sec. 5.1).
+
+    Returns
+    -------
+    Gaussian
+    """
+    return Gaussian(np.zeros(2), covariance=np.array([[50.05, -49.95], [-49.95, 50.05]]))
+
+
+class GaussianMixture(_ToyModel):
+    """An isotropic Gaussian mixture sum_k w_k N(mu_k, variance I) as a C-level target
+    (normalised: U = -log density exactly).
+
+    The default is L2HMC's mixture of two Gaussians: means (+-2, 0), variance 0.1, equal
+    weights (Levy et al. 2018, sec. 5.1).
+
+    Parameters
+    ----------
+    means : array_like of shape (n_components, dim)
+    variance : float
+        Per-coordinate variance of every component.
+    weights : array_like of shape (n_components,), optional
+        Positive; normalised to sum to 1 (default equal).
+
+    Attributes
+    ----------
+    mean : ndarray of shape (dim,)
+    covariance : ndarray of shape (dim, dim)
+        The mixture's moments: variance I + sum_k w_k (mu_k - mean)(mu_k - mean)^T.
+    """
+
+    def __init__(self, means=((-2.0, 0.0), (2.0, 0.0)), variance=0.1, weights=None):
+        means = np.ascontiguousarray(means, dtype=np.float64)
+        if means.ndim != 2 or means.shape[0] < 1 or means.shape[1] < 1 \
+                or not np.all(np.isfinite(means)):
+            raise ValueError("means must be a finite (n_components, dim) array")
+        if not (np.isfinite(variance) and variance > 0):
+            raise ValueError(f"variance must be positive and finite, got {variance}")
+        weights = np.full(len(means), 1.0) if weights is None else np.asarray(weights, float)
+        if weights.shape != (len(means),) or not np.all(np.isfinite(weights) & (weights > 0)):
+            raise ValueError(f"weights must be {len(means)} positive finite numbers")
+        self.means = means
+        self.variance = float(variance)
+        self.weights = weights / weights.sum()
+        self.mean = self.weights @ means
+        centred = means - self.mean
+        self.covariance = (self.variance * np.eye(means.shape[1])
+                           + (centred * self.weights[:, None]).T @ centred)
+        self._ctarget = MixtureTarget(means, self.variance, np.log(self.weights))
+
+    def __reduce__(self):
+        return (type(self), (self.means, self.variance, self.weights))
+
+
+class RoughWell(_ToyModel):
+    """L2HMC's rough well: U(q) = |q|^2 / 2 + eta sum_i cos(q_i / eta) (Levy et al. 2018,
+    sec. 5.1), a Gaussian with fast small ripples whose gradients swing by +-1.
+
+    Parameters
+    ----------
+    dim : int
+    eta : float
+        Ripple scale (default 1e-2).
+    """
+
+    def __init__(self, dim=2, eta=1e-2):
+        if not (isinstance(dim, (int, np.integer)) and dim >= 1):
+            raise ValueError(f"dim must be a positive integer, got {dim!r}")
+        if not (np.isfinite(eta) and eta > 0):
+            raise ValueError(f"eta must be positive and finite, got {eta}")
+        self.eta = float(eta)
+        self._ctarget = RoughWellTarget(int(dim), self.eta)
+
+    def __reduce__(self):
+        return (type(self), (self.dim, self.eta))
