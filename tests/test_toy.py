@@ -103,3 +103,28 @@ def test_mixture_bad_input(kwargs):
 def test_rough_well_bad_input(kwargs):
     with pytest.raises(ValueError):
         RoughWell(**kwargs)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_hessian_vector_products_match_differences_of_gradients(name):
+    """The analytic H u (L2HMC's training differentiates through grad U) against central
+    differences of the gradient along u."""
+    target = rnshmc.targets.as_ctarget(MODELS[name]())
+    rng = np.random.default_rng(2)
+    for _ in range(3):
+        q, u = rng.standard_normal(target.dim), rng.standard_normal(target.dim)
+        h = 1e-6
+        reference = (target.eval_gradient(q + h * u) - target.eval_gradient(q - h * u)) / (2 * h)
+        np.testing.assert_allclose(target.eval_hessian_vector(q, u), reference,
+                                   rtol=1e-6, atol=1e-6 * np.abs(reference).max())
+
+
+def test_hessian_vector_fallback_differences_the_gradient():
+    """A target without its own H u (here Python callables) gets central differences of its
+    gradient: U = sum q^4 / 4 has H u = 3 q^2 u."""
+    target = rnshmc.targets.as_ctarget(
+        rnshmc.Target(lambda q: -0.25 * np.sum(q ** 4), lambda q: -q ** 3, dim=4))
+    rng = np.random.default_rng(3)
+    q, u = 2 * rng.standard_normal(4), rng.standard_normal(4)
+    np.testing.assert_allclose(target.eval_hessian_vector(q, u), 3 * q ** 2 * u, rtol=1e-8)
+    np.testing.assert_array_equal(target.eval_hessian_vector(q, np.zeros(4)), 0.0)

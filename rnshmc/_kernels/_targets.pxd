@@ -16,6 +16,9 @@ cdef class CTarget:
                                     double* scratch) except -1 nogil
     # gradient alone: inside a trajectory only the last step needs the potential
     cdef int gradient(self, const double* q, double* grad, double* scratch) except -1 nogil
+    # out = (Hessian of U at q) u: L2HMC's training differentiates through grad U
+    cdef int hessian_vector(self, const double* q, const double* u, double* out,
+                            double* scratch) except -1 nogil
 
 
 cdef class PyCallableTarget(CTarget):

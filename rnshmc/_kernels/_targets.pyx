@@ -1,4 +1,6 @@
 """The C-level target interface and the wrapper around Python callables."""
+from libc.math cimport fabs
+
 import numpy as np
 
 
@@ -16,12 +18,40 @@ cdef class CTarget:
         if dim < 1:
             raise ValueError(f"dim must be a positive integer, got {dim}")
         self.dim = dim
-        # the fallback potential below keeps a gradient after the subclass's own scratch
-        self.scratch_size = scratch_size + dim
+        # after the subclass's own scratch, the fallbacks' room: a gradient for the potential,
+        # a shifted point and a gradient for the Hessian-vector product
+        self.scratch_size = scratch_size + 2 * dim
 
     cdef int potential(self, const double* q, double* U, double* scratch) except -1 nogil:
         # Fallback for targets without a cheaper density-only path.
-        return self.potential_and_gradient(q, U, scratch + self.scratch_size - self.dim, scratch)
+        return self.potential_and_gradient(q, U, scratch + self.scratch_size - 2 * self.dim,
+                                           scratch)
+
+    cdef int hessian_vector(self, const double* q, const double* u, double* out,
+                            double* scratch) except -1 nogil:
+        # Fallback: central differences of the gradient along u, step 1e-5 (1 + max|q|) /
+        # max|u| (relative error about 1e-10 for a smooth U; two gradient evaluations)
+        cdef Py_ssize_t i
+        cdef double q_max = 0.0, u_max = 0.0, h
+        cdef double* shifted = scratch + self.scratch_size - 2 * self.dim
+        cdef double* plus = shifted + self.dim
+        for i in range(self.dim):
+            q_max = max(q_max, fabs(q[i]))
+            u_max = max(u_max, fabs(u[i]))
+        if u_max == 0.0:
+            for i in range(self.dim):
+                out[i] = 0.0
+            return 0
+        h = 1e-5 * (1.0 + q_max) / u_max
+        for i in range(self.dim):
+            shifted[i] = q[i] + h * u[i]
+        self.gradient(shifted, plus, scratch)
+        for i in range(self.dim):
+            shifted[i] = q[i] - h * u[i]
+        self.gradient(shifted, out, scratch)
+        for i in range(self.dim):
+            out[i] = (plus[i] - out[i]) / (2.0 * h)
+        return 0
 
     cdef int potential_and_gradient(self, const double* q, double* U, double* grad,
                                     double* scratch) except -1 nogil:
@@ -82,6 +112,18 @@ cdef class CTarget:
         with nogil:
             self.gradient(&qv[0], &g[0], &scratch[0])
         return grad
+
+    def eval_hessian_vector(self, q, u):
+        """(Hessian of U at ``q``) times ``u`` (ndarrays of shape (dim,)): exact for the targets
+        that implement it, else central differences of the gradient."""
+        cdef double[::1] qv = self._checked_point(q)
+        cdef double[::1] uv = self._checked_point(u)
+        out = np.empty(self.dim)
+        cdef double[::1] o = out
+        cdef double[::1] scratch = self.new_scratch()
+        with nogil:
+            self.hessian_vector(&qv[0], &uv[0], &o[0], &scratch[0])
+        return out
 
     def eval_potential_and_gradient(self, q):
         """(U(q), grad U(q)) at ``q`` (ndarray of shape (dim,))."""

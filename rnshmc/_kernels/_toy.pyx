@@ -35,6 +35,12 @@ cdef class GaussianTarget(CTarget):
         U[0] = 0.5 * _dot(n, centred, 1, grad, 1)
         return 0
 
+    cdef int hessian_vector(self, const double* q, const double* u, double* out,
+                            double* scratch) except -1 nogil:
+        cdef int n = <int> self.dim
+        _symv(RowMajor, Lower, n, 1.0, &self.precision[0, 0], n, u, 1, 0.0, out, 1)
+        return 0
+
 
 cdef class MixtureTarget(CTarget):
     """U(q) = -log sum_k w_k N(q; mu_k, s^2 I), by log-sum-exp (stable far from every mode)."""
@@ -43,8 +49,8 @@ cdef class MixtureTarget(CTarget):
     cdef double variance
 
     def __init__(self, const double[:, ::1] means, double variance, const double[::1] log_weights):
-        # scratch: the K log-terms
-        super().__init__(means.shape[1], means.shape[0])
+        # scratch: the K log-terms, then a gradient for the Hessian-vector product
+        super().__init__(means.shape[1], means.shape[0] + means.shape[1])
         self.means = means
         self.variance = variance
         self.log_weights = log_weights
@@ -78,6 +84,33 @@ cdef class MixtureTarget(CTarget):
                 grad[i] += r * (q[i] - self.means[k, i]) / self.variance
         return 0
 
+    cdef int hessian_vector(self, const double* q, const double* u, double* out,
+                            double* scratch) except -1 nogil:
+        # H = I / s^2 - Cov_r[(q - mu_k) / s^2] (the responsibilities' covariance), so
+        # H u = u / s^2 - sum_k r_k a_k (a_k . u) + g (g . u), a_k = (q - mu_k) / s^2, g = sum r_k a_k
+        cdef Py_ssize_t i, k
+        cdef Py_ssize_t K = self.means.shape[0]
+        cdef double U, r, au, gu = 0.0
+        cdef double* grad = scratch + K
+        self.potential_and_gradient(q, &U, grad, scratch)  # leaves exp(l_k - top) in scratch
+        cdef double total = 0.0
+        for k in range(K):
+            total += scratch[k]
+        for i in range(self.dim):
+            out[i] = u[i] / self.variance
+            gu += grad[i] * u[i]
+        for k in range(K):
+            r = scratch[k] / total
+            au = 0.0
+            for i in range(self.dim):
+                au += (q[i] - self.means[k, i]) * u[i]
+            au /= self.variance
+            for i in range(self.dim):
+                out[i] -= r * au * (q[i] - self.means[k, i]) / self.variance
+        for i in range(self.dim):
+            out[i] += grad[i] * gu
+        return 0
+
 
 cdef class RoughWellTarget(CTarget):
     """U(q) = |q|^2 / 2 + eta sum_i cos(q_i / eta)."""
@@ -97,4 +130,11 @@ cdef class RoughWellTarget(CTarget):
         for i in range(self.dim):
             U[0] += 0.5 * q[i] * q[i] + self.eta * cos(q[i] / self.eta)
             grad[i] = q[i] - sin(q[i] / self.eta)
+        return 0
+
+    cdef int hessian_vector(self, const double* q, const double* u, double* out,
+                            double* scratch) except -1 nogil:
+        cdef Py_ssize_t i
+        for i in range(self.dim):
+            out[i] = (1.0 - cos(q[i] / self.eta) / self.eta) * u[i]
         return 0
