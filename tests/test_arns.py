@@ -80,10 +80,11 @@ def test_installs_vanish_and_stop_when_frozen(correlated_gaussian):
 @pytest.mark.filterwarnings("ignore:.*under a third of the exploration")
 @pytest.mark.parametrize("seed", [0, 1])
 def test_learning_raises_acceptance_over_a_poor_start(seed, correlated_gaussian):
+    # with 15 units the late acceptance rose by 0.14-0.28 over seeds 0-4 (0.42-0.53 -> 0.56-0.77);
+    # with 40 units RNS-HMC is already at 0.79-0.90 and the margin (0.02-0.14) is no test
     model, _, _ = correlated_gaussian()
-    kwargs = dict(POOR, n_hidden=40)
-    rns = rnshmc.RNSHMC(model, **kwargs).sample(3000, tune=300, rng=seed, progress=False)
-    arns = rnshmc.ARNSHMC(model, **kwargs).sample(3000, tune=300, rng=seed, progress=False)
+    rns = rnshmc.RNSHMC(model, **POOR).sample(3000, tune=300, rng=seed, progress=False)
+    arns = rnshmc.ARNSHMC(model, **POOR).sample(3000, tune=300, rng=seed, progress=False)
     late = slice(1500, 3000)
     assert arns.accepted[0, late].mean() > rns.accepted[0, late].mean() + 0.05
 

@@ -159,6 +159,18 @@ def test_symv(seed, n, lower, alpha, beta):
 
 
 @pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("shape", MATRIX_SHAPES)
+@pytest.mark.parametrize("alpha", [1.0, -0.7, 0.0])
+def test_ger(seed, shape, alpha):
+    rng = np.random.default_rng(seed)
+    A = rng.standard_normal(shape)
+    x, y = rng.standard_normal(shape[0]), rng.standard_normal(shape[1])
+    out = C(A.copy())
+    _blas._ger_memview(alpha, x, y, out)
+    assert_close(out, A + alpha * np.outer(x, y), np.abs(A) + abs(alpha) * np.outer(np.abs(x), np.abs(y)))
+
+
+@pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("n", SQUARE_SIZES)
 @pytest.mark.parametrize("lower", [True, False])
 @pytest.mark.parametrize("alpha", [1.0, -0.7])

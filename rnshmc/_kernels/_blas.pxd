@@ -31,6 +31,8 @@ cdef void _gemv(BLAS_Order order, BLAS_Trans ta, int m, int n, double alpha, con
                 int lda, const double* x, int incx, double beta, double* y, int incy) noexcept nogil
 cdef void _symv(BLAS_Order order, BLAS_Uplo uplo, int n, double alpha, const double* A, int lda,
                 const double* x, int incx, double beta, double* y, int incy) noexcept nogil
+cdef void _ger(BLAS_Order order, int m, int n, double alpha, const double* x, int incx,
+               const double* y, int incy, double* A, int lda) noexcept nogil
 cdef void _syr(BLAS_Order order, BLAS_Uplo uplo, int n, double alpha, const double* x, int incx,
                double* A, int lda) noexcept nogil
 cdef void _syr2(BLAS_Order order, BLAS_Uplo uplo, int n, double alpha, const double* x, int incx,

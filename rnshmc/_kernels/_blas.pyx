@@ -4,7 +4,7 @@ The ``cdef`` wrappers are what kernels call; the ``cpdef`` twins exist only so t
 check each wrapper against NumPy.
 """
 from scipy.linalg.cython_blas cimport (
-    ddot, daxpy, dscal, dcopy, dnrm2, dgemv, dsymv, dsyr, dsyr2, dtrmv, dtrsv, dgemm, dsyrk,
+    ddot, daxpy, dscal, dcopy, dnrm2, dgemv, dger, dsymv, dsyr, dsyr2, dtrmv, dtrsv, dgemm, dsyrk,
     dtrsm,
 )
 
@@ -56,6 +56,16 @@ cdef void _symv(BLAS_Order order, BLAS_Uplo uplo, int n, double alpha, const dou
     if order == RowMajor:
         uplo_ = _flip_uplo(uplo)
     dsymv(&uplo_, &n, &alpha, <double*> A, &lda, <double*> x, &incx, &beta, y, &incy)
+
+
+cdef void _ger(BLAS_Order order, int m, int n, double alpha, const double* x, int incx,
+               const double* y, int incy, double* A, int lda) noexcept nogil:
+    """A += alpha x y^T, A of shape (m, n) in the given storage order."""
+    if order == RowMajor:
+        # row-major A is column-major A^T, and A^T += alpha y x^T
+        dger(&n, &m, &alpha, <double*> y, &incy, <double*> x, &incx, A, &lda)
+    else:
+        dger(&m, &n, &alpha, <double*> x, &incx, <double*> y, &incy, A, &lda)
 
 
 cdef void _syr(BLAS_Order order, BLAS_Uplo uplo, int n, double alpha, const double* x, int incx,
@@ -177,6 +187,12 @@ cpdef void _symv_memview(bint lower, double alpha, const double[:, ::1] A, const
                          double beta, double[::1] y):
     cdef int n = <int> A.shape[0]
     _symv(RowMajor, Lower if lower else Upper, n, alpha, &A[0, 0], n, &x[0], 1, beta, &y[0], 1)
+
+
+cpdef void _ger_memview(double alpha, const double[::1] x, const double[::1] y,
+                        double[:, ::1] A):
+    cdef int m = <int> A.shape[0], n = <int> A.shape[1]
+    _ger(RowMajor, m, n, alpha, &x[0], 1, &y[0], 1, &A[0, 0], n)
 
 
 cpdef void _syr_memview(bint lower, double alpha, const double[::1] x, double[:, ::1] A):
