@@ -169,3 +169,199 @@ def test_without_the_log_jacobian_the_chain_would_be_biased():
     z_mean, tol = mean_within_mcse(out[None], model.mean)
     z_cov, _ = covariance_within_mcse(out[None], model.mean, cov)
     assert np.max(np.abs(np.concatenate([z_mean, np.ravel(z_cov)]))) > tol
+
+
+# ---------------------------------------------------------------------------------------------
+# training: the hand-written gradient of the loss
+
+
+def finite_difference_gradient(trainer, params, target, x, v, directions, h=1e-6):
+    gradient = np.empty_like(params)
+    for i in range(params.size):
+        old = params[i]
+        params[i] = old + h
+        up = trainer.loss_and_gradient(target, x, v, directions)[0]
+        params[i] = old - h
+        down = trainer.loss_and_gradient(target, x, v, directions)[0]
+        params[i] = old
+        gradient[i] = (up - down) / (2 * h)
+    return gradient
+
+
+def rough_well_3d():
+    from rnshmc.models import RoughWell
+    return RoughWell(dim=3, eta=0.5)
+
+
+def quartic_callable():
+    import rnshmc  # a Python callable: the Hessian-vector product by differences of gradients
+    return rnshmc.Target(lambda q: -0.25 * np.sum(q ** 4) - 0.5 * q @ q,
+                         lambda q: -q ** 3 - q, dim=3)
+
+
+@pytest.mark.parametrize("dim,make,tol", [
+    (1, lambda: gaussian(1), 1e-7), (3, lambda: gaussian(3, 1), 1e-7),
+    (3, rough_well_3d, 1e-7), (3, quartic_callable, 1e-5)])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_loss_gradient_matches_finite_differences(dim, make, tol, seed):
+    """Every weight and log eps, both directions, accepted (A = 1) and partly accepted
+    (A < 1) trajectories, through grad U (analytic Hessian-vector products, or differences of
+    gradients for a Python callable)."""
+    from rnshmc._kernels._l2hmc import Trainer
+    rng = np.random.default_rng(seed)
+    n_steps, hidden = 3, 4
+    params = 0.3 * rng.standard_normal(parameter_layout(dim, hidden)["size"])
+    params[0] = np.log(0.4)
+    trainer = Trainer(dim, n_steps, hidden, params, random_masks(rng, n_steps, dim))
+    target = as_ctarget(make())
+    x = rng.standard_normal((10, dim))
+    v = np.linspace(0.05, 2.5, 10)[:, None] * rng.standard_normal((10, dim))
+    directions = np.array([1, -1] * 5)
+    loss, gradient, accept, _ = trainer.loss_and_gradient(target, x, v, directions)
+    assert accept.min() < 1.0 and accept.max() == 1.0  # both branches of min(1, .)
+    reference = finite_difference_gradient(trainer, params, target, x, v, directions)
+    assert np.abs(gradient).max() > 0.1
+    np.testing.assert_allclose(gradient, reference, rtol=0,
+                               atol=tol * max(1.0, np.abs(reference).max()))
+
+
+def test_tempered_target_scales_the_potential_and_its_derivatives():
+    from rnshmc._kernels._l2hmc import TemperedTarget
+    model = gaussian(3)
+    tempered = TemperedTarget(as_ctarget(model))
+    tempered.inverse_temperature = 0.25
+    q, u = np.ones(3), np.arange(3.0)
+    assert tempered.eval_potential(q) == pytest.approx(0.25 * model.potential(q), rel=1e-14)
+    np.testing.assert_allclose(tempered.eval_gradient(q),
+                               0.25 * as_ctarget(model).eval_gradient(q), rtol=1e-14)
+    np.testing.assert_allclose(tempered.eval_hessian_vector(q, u),
+                               0.25 * model.precision @ u, rtol=1e-12)
+
+
+# ---------------------------------------------------------------------------------------------
+# the sampler
+
+
+def test_untrained_sampler_is_hmc_step_for_step():
+    """Heads at zero: each transition is the leapfrog run forwards or backwards in time (the
+    direction drawn after the momentum) and HMC's Metropolis test, replayed here in NumPy from
+    the chain's own random stream."""
+    import rnshmc
+    model = gaussian(3, 2)
+    l2 = rnshmc.L2HMC(model, n_steps=6, step_size=0.6, rng=0)
+    heads = [k for k in l2.weights() if k.split(".")[-1] in ("WS", "WQ", "WT")]
+    for key in heads:
+        l2.weights()[key][...] = 0.0
+    start = np.array([0.5, -0.5, 1.0])
+    res = l2.sample(50, tune=0, rng=4, init=start, progress=False)
+    stream = np.random.default_rng(4).spawn(1)[0]
+    q, P = start.copy(), model.precision
+    U = lambda z: 0.5 * (z - model.mean) @ P @ (z - model.mean)
+    for i in range(50):
+        p = stream.standard_normal(3)
+        eps = 0.6 if stream.random() < 0.5 else -0.6
+        qn, pn = q.copy(), p.copy()
+        for _ in range(6):
+            pn -= 0.5 * eps * P @ (qn - model.mean)
+            qn += eps * pn
+            pn -= 0.5 * eps * P @ (qn - model.mean)
+        dH = U(qn) + 0.5 * pn @ pn - U(q) - 0.5 * p @ p
+        if stream.random() < min(1.0, np.exp(-dH)):
+            q = qn
+        np.testing.assert_allclose(res.samples[0, i], q, rtol=1e-11, atol=1e-11)
+    assert 0 < res.accepted.mean() < 1
+
+
+@pytest.fixture(scope="module")
+def trained_on_correlated():
+    """L2HMC trained briefly on a strongly correlated 2-d Gaussian (variances 10 and 0.1)."""
+    import rnshmc
+    cov = np.array([[5.05, -4.95], [-4.95, 5.05]])
+    model = Gaussian(np.array([1.0, -1.0]), covariance=cov)
+    l2 = rnshmc.L2HMC(model, n_steps=5, step_size=0.1, rng=0)
+    l2.train(300, chains=50, rng=1, learning_rate=3e-3, progress=False)
+    return model, cov, l2
+
+
+def test_training_lowers_the_loss_and_moves_the_weights(trained_on_correlated):
+    _, _, l2 = trained_on_correlated
+    loss = l2.history["loss"]
+    assert loss.shape == (300,) and np.all(np.isfinite(loss))
+    assert loss[-50:].mean() < loss[:50].mean() - 1.0
+    assert l2.step_size != pytest.approx(0.1)
+    assert np.abs(l2.weights()["X.WT"]).max() > 1e-2  # heads left zero
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_trained_sampler_is_exact(seed, trained_on_correlated):
+    model, cov, l2 = trained_on_correlated
+    res = l2.sample(6000, tune=200, chains=2, rng=seed, progress=False)
+    assert 0.2 < res.acceptance_rate.mean() < 0.99
+    z, tol = mean_within_mcse(res.samples, model.mean)
+    assert np.all(np.abs(z) < tol), z
+    z, tol = covariance_within_mcse(res.samples, model.mean, cov)
+    assert np.all(np.abs(z) < tol), z
+
+
+def test_saved_weights_reload_to_identical_draws(tmp_path, trained_on_correlated):
+    import rnshmc
+    model, _, l2 = trained_on_correlated
+    path = tmp_path / "l2hmc.npz"
+    l2.save(path)
+    again = rnshmc.L2HMC.load(path, model)
+    np.testing.assert_array_equal(again.parameters, l2.parameters)
+    np.testing.assert_array_equal(again.masks, l2.masks)
+    for key in l2.history:
+        np.testing.assert_array_equal(again.history[key], l2.history[key])
+    a = l2.sample(300, tune=10, rng=5, progress=False)
+    b = again.sample(300, tune=10, rng=5, progress=False)
+    np.testing.assert_array_equal(a.samples, b.samples)
+    # and training continues from the saved Adam state alike
+    l2_copy = rnshmc.L2HMC.load(path, model)
+    l2_copy.train(5, chains=8, rng=9, progress=False)
+    again.train(5, chains=8, rng=9, progress=False)
+    np.testing.assert_array_equal(again.parameters, l2_copy.parameters)
+
+
+def test_load_refuses_other_files_and_dimensions(tmp_path, trained_on_correlated):
+    import rnshmc
+    model, _, l2 = trained_on_correlated
+    path = tmp_path / "w.npz"
+    l2.save(path)
+    with pytest.raises(ValueError, match="dim"):
+        rnshmc.L2HMC.load(path, gaussian(3))
+    other = tmp_path / "other.npz"
+    np.savez(other, a=np.zeros(3))
+    with pytest.raises(ValueError, match="not an rnshmc L2HMC"):
+        rnshmc.L2HMC.load(other, model)
+    broken = tmp_path / "broken.npz"
+    broken.write_bytes(b"not a zip file")
+    with pytest.raises(ValueError, match="readable"):
+        rnshmc.L2HMC.load(broken, model)
+
+
+def test_a_chain_continues_only_with_its_own_weights():
+    import rnshmc
+    model = gaussian(2)
+    l2 = rnshmc.L2HMC(model, n_steps=3, rng=0)
+    states = l2.init_states(draws=20, tune=0, rng=1)
+    l2.run_states(states, progress=False, stop_after=10)
+    l2.train(2, chains=4, rng=0, progress=False)
+    with pytest.raises(ValueError, match="other L2HMC weights"):
+        l2.run_states(states, progress=False)
+
+
+def test_sampler_bad_inputs():
+    import rnshmc
+    model = gaussian(2)
+    with pytest.raises(ValueError, match="step_size"):
+        rnshmc.L2HMC(model, step_size=-1.0)
+    with pytest.raises(ValueError, match="hidden"):
+        rnshmc.L2HMC(model, hidden=0)
+    l2 = rnshmc.L2HMC(model, rng=0)
+    with pytest.raises(ValueError, match="chains"):
+        l2.train(5, chains=0)
+    with pytest.raises(ValueError, match="dim"):
+        l2.train(5, chains=2, target=gaussian(3), progress=False)
+    with pytest.raises(ValueError, match="non-finite"):
+        l2.train(5, chains=2, init=np.array([np.nan, 0.0]), progress=False)

@@ -70,8 +70,11 @@ class Progress:
                 return
             self.bar = tqdm(total=total, desc=desc, leave=False)
 
-    def update(self, n):
+    def update(self, n, **postfix):
+        """Advance by ``n``; ``postfix`` (e.g. loss=...) is shown after the bar."""
         if self.bar is not None:
+            if postfix:
+                self.bar.set_postfix(postfix, refresh=False)
             self.bar.update(n)
 
     def close(self):
