@@ -120,6 +120,10 @@ def test_value_gradient_hessian_against_numpy(nodes, activation, whiten):
         U, g = sur.potential_and_gradient(q)
         assert U == sur.potential(q) and np.array_equal(g, sur.gradient(q))
         np.testing.assert_allclose(sur.hessian(q), hess, rtol=1e-9, atol=1e-11 * np.abs(hess).max())
+        u = rng.standard_normal(3)  # the C Hessian-vector product (L2HMC's training uses it)
+        hu = hess @ u
+        np.testing.assert_allclose(sur._ctarget.eval_hessian_vector(q, u), hu, rtol=1e-9,
+                                   atol=1e-11 * np.abs(hu).max())
         assert sur.log_density(q) == -U
         np.testing.assert_array_equal(sur.log_density_gradient(q)[1], -g)
     np.testing.assert_allclose(sur.predict(Q[:7]), [sur.potential(q) for q in Q[:7]], rtol=1e-14)

@@ -230,6 +230,39 @@ cdef class NetworkTarget(CTarget):
         self.gradient_at(x, grad, scratch)
         return 0
 
+    cdef int hessian_vector(self, const double* q, const double* u, double* out,
+                            double* scratch) except -1 nogil:
+        # H_x u = sum_i v_i a''_i r_i (r_i . u) - (sum_i v_i a'_i gamma_i) u, r_i = grad_x pre_i
+        # (the second term for RBF nodes only); dz/dq: H_q u = A^T H_x (A u) when transformed
+        cdef int s = <int> self.n_hidden, d = <int> self.dim
+        cdef Py_ssize_t i
+        cdef const double* x = self.inputs(q, scratch)
+        cdef double* pre = self.pre_activations(x, scratch)
+        cdef double* coef = scratch + self.n_hidden
+        cdef double* ux = scratch + 2 * self.n_hidden + self.dim
+        cdef double slope, curvature, xu = 0.0, slope_sum = 0.0, gamma_coef = 0.0
+        for i in range(self.dim):
+            ux[i] = u[i]
+        if self.transformed:
+            _trmv(RowMajor, Lower, NoTrans, d, &self.A[0, 0], d, ux, 1)
+        _gemv(RowMajor, NoTrans, s, d, 1.0, &self.W[0, 0], d, ux, 1, 0.0, coef, 1)
+        if self.rbf:
+            xu = _dot(d, x, 1, ux, 1)
+        for i in range(self.n_hidden):
+            activation_table(self.kind, pre + i, 1, NULL, &slope, &curvature)
+            if self.rbf:
+                coef[i] -= self.gamma[i] * xu
+                slope_sum += self.v[i] * slope * self.gamma[i]
+            coef[i] *= self.v[i] * curvature
+        _gemv(RowMajor, Trans, s, d, 1.0, &self.W[0, 0], d, coef, 1, 0.0, out, 1)
+        if self.rbf:
+            gamma_coef = _dot(s, &self.gamma[0], 1, coef, 1)
+            _axpy(d, -gamma_coef, x, 1, out, 1)
+            _axpy(d, -slope_sum, ux, 1, out, 1)
+        if self.transformed:
+            _trmv(RowMajor, Lower, Trans, d, &self.A[0, 0], d, out, 1)
+        return 0
+
     # ------------------------------------------------------------------------------------------
     # Python entry points (batch prediction and the Hessian; validation is the front end's)
 

@@ -49,6 +49,13 @@ class L2HMC(ChainSampler):
     max_energy_error : float
         Proposals with a larger energy error (log-Jacobian included) are rejected as
         divergences.
+    surrogate : optional
+        A target for the dynamics and the training instead of ``target`` (e.g. a fitted
+        :class:`~rnshmc.RandomNetworkSurrogate` of a costly model): training then evaluates
+        no model, and each sampling iteration one exact density (the Metropolis test, on
+        ``target``) and no exact gradient. The chain stays exact: the map is a fixed
+        invertible one whose log-Jacobian the test includes. :meth:`with_surrogate` explores
+        the model and fits one as RNS-HMC does.
 
     Attributes
     ----------
@@ -74,10 +81,14 @@ class L2HMC(ChainSampler):
     PHASES = {"warmup": Phase(), "sampling": Phase(keep=("samples", "records"))}
 
     def __init__(self, target, n_steps=10, hidden=10, step_size=0.1, rng=None,
-                 max_energy_error=1000.0):
+                 max_energy_error=1000.0, surrogate=None):
         if not hasattr(target, "dim"):
             raise ValueError("L2HMC needs the target's dim (give dim to rnshmc.Target)")
         dim = target_dim(target)
+        if surrogate is not None and (not hasattr(surrogate, "dim") or target_dim(surrogate) != dim):
+            raise ValueError(f"the surrogate must be a target of the model's dim {dim}")
+        self.surrogate = surrogate
+        self.exploration = None  # what with_surrogate's exploration cost and found
         self.hidden = check_integer(hidden, "hidden", minimum=1)
         n_steps = check_integer(n_steps, "n_steps", minimum=1)
         generator = np.random.default_rng(rng)
@@ -115,7 +126,7 @@ class L2HMC(ChainSampler):
 
     def train(self, n_iterations=5000, chains=200, rng=None, learning_rate=1e-3,
               decay_rate=0.96, decay_steps=1000, scale=0.1, burnin_weight=1.0, temperature=1.0,
-              init=None, target=None, progress=True):
+              init=None, burnin_mean=None, burnin_sd=None, target=None, progress=True):
         """Train the weights and the step size (Adam on the expected-squared-jump loss).
 
         Each iteration draws momenta and directions for ``chains`` chains, runs their
@@ -144,10 +155,15 @@ class L2HMC(ChainSampler):
             Initial temperature: the dynamics use U / T_i, T_i annealed geometrically from
             ``temperature`` to 1 over the iterations (> 1 for multimodal targets).
         init : None or ndarray of shape (chains, dim) or (dim,)
-            The chains' starting points (default: N(0, I) draws).
+            The chains' starting points (default: draws from the initial distribution).
+        burnin_mean, burnin_sd : None or ndarrays of shape (dim,)
+            The initial distribution N(mean, diag(sd^2)) of the burn-in term and of the
+            default ``init``: N(0, I) (the reference's) unless given, or, after
+            :meth:`with_surrogate`, the exploration's training states' mean and standard
+            deviations (where the surrogate was fitted).
         target : optional
-            Train on this target instead of the sampler's (e.g. a fitted surrogate of a costly
-            model: training then costs no evaluation of the model).
+            Train on this target instead of the sampler's dynamics (its ``surrogate`` if it
+            has one, else its target).
         progress : bool
             A progress bar with the loss (needs tqdm).
 
@@ -165,12 +181,15 @@ class L2HMC(ChainSampler):
         burnin_weight = check_real(burnin_weight, "burnin_weight", lower=0.0,
                                    lower_inclusive=True)
         temperature = check_real(temperature, "temperature", lower=0.0)
-        ctarget = as_ctarget(self.target if target is None else target, self.dim)
+        if target is None:
+            target = self.target if self.surrogate is None else self.surrogate
+        ctarget = as_ctarget(target, self.dim)
         if ctarget.dim != self.dim:
             raise ValueError(f"the training target has dim {ctarget.dim}, the sampler {self.dim}")
         generator = np.random.default_rng(rng)
+        mean, sd = self._initial_distribution(burnin_mean, burnin_sd)
         if init is None:
-            x = generator.standard_normal((chains, self.dim))
+            x = mean + sd * generator.standard_normal((chains, self.dim))
         else:
             x = np.array(np.broadcast_to(np.asarray(init, dtype=np.float64),
                                          (chains, self.dim)))
@@ -182,7 +201,6 @@ class L2HMC(ChainSampler):
         m, v, step = self._adam
         losses, acceptance = np.empty(n_iterations), np.empty(n_iterations)
         step_sizes = np.empty(n_iterations)
-        zeros, ones = np.zeros(self.dim), np.ones(self.dim)
         chunk = max(1, n_iterations // 100)
         bar = Progress(progress, n_iterations, "L2HMC training")
         done = skipped = 0
@@ -192,7 +210,7 @@ class L2HMC(ChainSampler):
                 part = slice(done, done + n)
                 skipped += trainer.train(ctarget, x, generator, n, m, v, step, learning_rate,
                                          decay_rate, decay_steps, scale, burnin_weight,
-                                         temperatures[part], zeros, ones, losses[part],
+                                         temperatures[part], mean, sd, losses[part],
                                          acceptance[part])
                 step += n
                 step_sizes[part] = self.step_size
@@ -213,6 +231,81 @@ class L2HMC(ChainSampler):
             raise FloatingPointError("L2HMC training produced non-finite weights")
         return self
 
+    def _initial_distribution(self, mean, sd):
+        default_mean, default_sd = np.zeros(self.dim), np.ones(self.dim)
+        if self.exploration is not None:
+            default_mean, default_sd = self.exploration["mean"], self.exploration["sd"]
+        out = []
+        for value, default, name in ((mean, default_mean, "burnin_mean"),
+                                     (sd, default_sd, "burnin_sd")):
+            value = default if value is None else np.asarray(value, dtype=np.float64)
+            if value.shape != (self.dim,) or not np.all(np.isfinite(value)):
+                raise ValueError(f"{name} must be {self.dim} finite numbers")
+            out.append(value)
+        if not np.all(out[1] > 0):
+            raise ValueError("burnin_sd must be positive")
+        return out
+
+    @classmethod
+    def with_surrogate(cls, target, tune=200, rng=None, init=None, progress=True,
+                       rns_options=None, **options):
+        """Explore a costly ``target`` with exact HMC and fit a random-network surrogate as
+        :class:`~rnshmc.RNSHMC` does (one chain), and return an L2HMC sampler whose dynamics
+        and training run on that surrogate; :meth:`train` it (no model evaluations), then
+        :meth:`sample` (one exact density per iteration).
+
+        Parameters
+        ----------
+        target : the model
+        tune : int
+            Exploration iterations (RNS-HMC's ``tune``).
+        rng : None, int, SeedSequence or Generator
+            The exploration's randomness and (a child stream) the L2HMC weights'.
+        init : None or ndarray of shape (dim,)
+            The exploration's starting point.
+        progress : bool
+        rns_options : dict, optional
+            Arguments of :class:`~rnshmc.RNSHMC` (the surrogate and the exploration's HMC).
+        **options
+            Arguments of :class:`L2HMC`. ``step_size`` defaults to the exploration's step
+            size times the smallest posterior standard deviation it estimated (the identity
+            mass of L2HMC against the exploration's adapted one).
+
+        Returns
+        -------
+        L2HMC
+            With ``surrogate`` set and ``exploration``: a dict of its exact evaluations
+            (``n_density_evals``, ``n_gradient_evals``), ``seconds``, the training states'
+            ``mean`` and ``sd`` (the default initial distribution of :meth:`train`), the
+            ``states`` themselves and the surrogate's ``fit_residual``.
+        """
+        import time
+        from ..surrogate import RandomNetworkSurrogate
+        from .rns import RNSHMC
+        seeds = np.random.SeedSequence(rng) if not isinstance(rng, np.random.Generator) \
+            else np.random.SeedSequence(rng.integers(2**63))
+        explore_seed, weights_seed = seeds.spawn(2)
+        rns = RNSHMC(target, **(rns_options or {}))
+        start = time.perf_counter()
+        state = rns.init_states(draws=1, tune=tune, rng=explore_seed, init=init)[0]
+        rns.run_chain(state, progress=progress, stop_after=state.phases[0][1])
+        seconds = time.perf_counter() - start
+        surrogate = RandomNetworkSurrogate.from_state(state.extras["surrogate"])
+        states = state.outputs["exploration"]["samples"][rns._training_window(state)]
+        sd = states.std(axis=0)
+        sd = np.where(sd > 0, sd, 1.0)
+        if "step_size" not in options:
+            inverse_mass = np.ones(state.dim) if state.inverse_mass is None else state.inverse_mass
+            scales = np.sqrt(np.diag(inverse_mass) if inverse_mass.ndim == 2 else inverse_mass)
+            options["step_size"] = float(state.kernel["step_size"] * scales.min())
+        sampler = cls(target, surrogate=surrogate, rng=weights_seed, **options)
+        sampler.exploration = dict(
+            n_density_evals=int(state.evals["exploration"][0] + state.evals["training"][0]),
+            n_gradient_evals=int(state.evals["exploration"][1]), seconds=seconds,
+            mean=states.mean(axis=0), sd=sd, states=states,
+            fit_residual=float(surrogate.fit_residual_))
+        return sampler
+
     # ------------------------------------------------------------------------------------------
     # sampling (the driver's phases: a burn-in of ``tune`` iterations, then ``draws``)
 
@@ -227,6 +320,22 @@ class L2HMC(ChainSampler):
 
     def adapts_step_size(self, state):
         return False
+
+    def make_chain(self, name, state, ctarget):
+        if self.surrogate is None:
+            return self.new_chain(ctarget, state)
+        return self.new_chain(as_ctarget(self.surrogate, state.dim), state, test=ctarget)
+
+    def result(self, states):
+        result = super().result(states)
+        if self.surrogate is not None:  # the chain's gradients were the surrogate's
+            result["n_surrogate_gradient_evals"] = result["n_gradient_evals"]
+            result["n_gradient_evals"] = np.zeros_like(result["n_gradient_evals"])
+            result["n_gradient_evals_sampling"] = np.zeros_like(result["n_gradient_evals"])
+        if self.exploration is not None:  # what the surrogate cost, once for all chains
+            result["n_density_evals_explore"] = self.exploration["n_density_evals"]
+            result["n_gradient_evals_explore"] = self.exploration["n_gradient_evals"]
+        return result
 
     def new_chain(self, dynamics, state, test=None, delayed_acceptance=False):
         # the integrator reads a copy of the weights: training later changes no running chain
