@@ -290,6 +290,12 @@ def test_training_lowers_the_loss_and_moves_the_weights(trained_on_correlated):
     assert loss[-50:].mean() < loss[:50].mean() - 1.0
     assert l2.step_size != pytest.approx(0.1)
     assert np.abs(l2.weights()["X.WT"]).max() > 1e-2  # heads left zero
+    # per iteration 2 x 50 trajectories (chains and burn-in term) of 5 steps: a gradient at
+    # the start and one per step, a Hessian-vector product per step (none if it diverged)
+    evals = l2.training_evals
+    assert 0.99 * 300 * 100 * 6 <= evals["gradient"] <= 300 * 100 * 6
+    assert 0.99 * 300 * 100 * 5 <= evals["hessian_vector"] <= 300 * 100 * 5
+    assert evals["seconds"] > 0
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -311,6 +317,7 @@ def test_saved_weights_reload_to_identical_draws(tmp_path, trained_on_correlated
     again = rnshmc.L2HMC.load(path, model)
     np.testing.assert_array_equal(again.parameters, l2.parameters)
     np.testing.assert_array_equal(again.masks, l2.masks)
+    assert again.training_evals == pytest.approx(l2.training_evals)
     for key in l2.history:
         np.testing.assert_array_equal(again.history[key], l2.history[key])
     a = l2.sample(300, tune=10, rng=5, progress=False)

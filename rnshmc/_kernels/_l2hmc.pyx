@@ -467,6 +467,9 @@ cdef class Trainer(AugmentedLeapfrog):
 
     cdef object _buffers
     cdef readonly Py_ssize_t size  # of the parameter vector
+    # the target's evaluations so far: gradients (each with its potential where the
+    # trajectory needs one) and Hessian-vector products
+    cdef readonly Py_ssize_t n_gradient_evals, n_hessian_vector_evals
     cdef Net vgrad
     cdef Net xgrad
     cdef double* grad            # the loss's gradient, laid out like the parameters
@@ -629,6 +632,7 @@ cdef class Trainer(AugmentedLeapfrog):
                                        log_jacobian_bar, eps, inverse)
             # every use of grad U at the step's end point is behind: through it to x
             target.hessian_vector(end, self.gbar, self.hv, scratch)
+            self.n_hessian_vector_evals += 1
             for i in range(n):
                 self.xbar[i] += self.hv[i]
                 self.gbar[i] = 0.0
@@ -661,6 +665,7 @@ cdef class Trainer(AugmentedLeapfrog):
         self.run(target, self.metric, scratch, self.q, self.p, self.g, self.vel, eps, self.T,
                  True, &U1, &K1, &info)
         self.tape = NULL
+        self.n_gradient_evals += 1 + info.n_gradients
         delta_H = U0 + K0 - U1 - K1 + info.log_jacobian
         if info.diverged or not isfinite(U0) or not isfinite(delta_H):
             accept[0] = 0.0

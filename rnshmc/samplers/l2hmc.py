@@ -1,5 +1,6 @@
 """L2HMC: a learned, non-volume-preserving generalized leapfrog (Levy, Hoffman and
 Sohl-Dickstein 2018; algorithms.md sec. 7), trained in C by a hand-written reverse pass."""
+import time
 import warnings
 
 import numpy as np
@@ -66,6 +67,10 @@ class L2HMC(ChainSampler):
     history : dict of ndarrays
         Per training iteration: ``loss``, ``acceptance`` (mean over the training chains),
         ``step_size``, ``temperature``.
+    training_evals : dict
+        What training has cost so far: the training target's ``gradient`` evaluations (with
+        its potential where needed), ``hessian_vector`` products (two more gradients each
+        where they are differenced) and ``seconds``.
 
     Examples
     --------
@@ -99,6 +104,8 @@ class L2HMC(ChainSampler):
         self._adam = (np.zeros(self.parameters.size), np.zeros(self.parameters.size), 0)
         self.history = {key: np.empty(0) for key in ("loss", "acceptance", "step_size",
                                                      "temperature")}
+        # the training target's evaluations over all train() calls
+        self.training_evals = {"gradient": 0, "hessian_vector": 0, "seconds": 0.0}
 
     @property
     def step_size(self):
@@ -202,6 +209,7 @@ class L2HMC(ChainSampler):
         losses, acceptance = np.empty(n_iterations), np.empty(n_iterations)
         step_sizes = np.empty(n_iterations)
         chunk = max(1, n_iterations // 100)
+        started = time.perf_counter()
         bar = Progress(progress, n_iterations, "L2HMC training")
         done = skipped = 0
         try:
@@ -220,6 +228,9 @@ class L2HMC(ChainSampler):
                            accept=f"{acceptance[done - 1]:.2f}")
         finally:  # what was trained stays (also on Ctrl-C)
             bar.close()
+            self.training_evals["gradient"] += trainer.n_gradient_evals
+            self.training_evals["hessian_vector"] += trainer.n_hessian_vector_evals
+            self.training_evals["seconds"] += time.perf_counter() - started
             for key, values in (("loss", losses), ("acceptance", acceptance),
                                 ("step_size", step_sizes), ("temperature", temperatures)):
                 self.history[key] = np.concatenate([self.history[key], values[:done]])
@@ -279,7 +290,6 @@ class L2HMC(ChainSampler):
             ``mean`` and ``sd`` (the default initial distribution of :meth:`train`), the
             ``states`` themselves and the surrogate's ``fit_residual``.
         """
-        import time
         from ..surrogate import RandomNetworkSurrogate
         from .rns import RNSHMC
         seeds = np.random.SeedSequence(rng) if not isinstance(rng, np.random.Generator) \
@@ -382,6 +392,9 @@ class L2HMC(ChainSampler):
         np.savez(path, format=np.array(_FORMAT), dim=self.dim, n_steps=self.n_steps,
                  hidden=self.hidden, parameters=self.parameters, masks=self.masks,
                  adam_m=m, adam_v=v, adam_step=step,
+                 training_evals=np.array([self.training_evals["gradient"],
+                                          self.training_evals["hessian_vector"],
+                                          self.training_evals["seconds"]]),
                  **{f"history_{key}": value for key, value in self.history.items()})
 
     @classmethod
@@ -418,6 +431,9 @@ class L2HMC(ChainSampler):
         sampler.masks = masks
         sampler._adam = (np.array(data["adam_m"], dtype=np.float64),
                          np.array(data["adam_v"], dtype=np.float64), int(data["adam_step"]))
+        gradient, hessian_vector, seconds = data["training_evals"]
+        sampler.training_evals = {"gradient": int(gradient), "hessian_vector": int(hessian_vector),
+                                  "seconds": float(seconds)}
         sampler.history = {key[len("history_"):]: np.array(value)
                            for key, value in data.items() if key.startswith("history_")}
         return sampler
