@@ -225,17 +225,24 @@ def test_loss_gradient_matches_finite_differences(dim, make, tol, seed):
                                atol=tol * max(1.0, np.abs(reference).max()))
 
 
-def test_tempered_target_scales_the_potential_and_its_derivatives():
-    from rnshmc._kernels._l2hmc import TemperedTarget
+def test_transformed_target_is_the_tempered_potential_in_standardised_coordinates():
+    """U_z(z) = beta U(shift + scale z): its gradient and Hessian-vector product by the chain
+    rule, against the Gaussian's closed forms."""
+    from rnshmc._kernels._l2hmc import TransformedTarget
     model = gaussian(3)
-    tempered = TemperedTarget(as_ctarget(model))
-    tempered.inverse_temperature = 0.25
-    q, u = np.ones(3), np.arange(3.0)
-    assert tempered.eval_potential(q) == pytest.approx(0.25 * model.potential(q), rel=1e-14)
-    np.testing.assert_allclose(tempered.eval_gradient(q),
-                               0.25 * as_ctarget(model).eval_gradient(q), rtol=1e-14)
-    np.testing.assert_allclose(tempered.eval_hessian_vector(q, u),
-                               0.25 * model.precision @ u, rtol=1e-12)
+    shift, scale = np.array([0.5, -1.0, 2.0]), np.array([2.0, 0.5, 1.5])
+    for transformed, a, b in ((TransformedTarget(as_ctarget(model)), np.zeros(3), np.ones(3)),
+                              (TransformedTarget(as_ctarget(model), shift, scale), shift, scale)):
+        transformed.inverse_temperature = 0.25
+        z, u = np.array([0.3, -0.2, 1.0]), np.arange(3.0)
+        x = a + b * z
+        assert transformed.eval_potential(z) == pytest.approx(0.25 * model.potential(x), rel=1e-14)
+        np.testing.assert_allclose(transformed.eval_gradient(z),
+                                   0.25 * b * (model.precision @ (x - model.mean)), rtol=1e-13)
+        np.testing.assert_allclose(transformed.eval_hessian_vector(z, u),
+                                   0.25 * b * (model.precision @ (b * u)), rtol=1e-12)
+    with pytest.raises(ValueError, match="scale"):
+        TransformedTarget(as_ctarget(model), shift, -scale)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -450,3 +457,24 @@ def test_surrogate_of_another_dimension_is_refused():
     import rnshmc
     with pytest.raises(ValueError, match="surrogate"):
         rnshmc.L2HMC(gaussian(2), surrogate=gaussian(3))
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_standardised_chain_is_exact_and_reports_samples_in_x(seed):
+    """Random (untrained) weights in standardised coordinates on a Gaussian with sds 10 and
+    0.1 and a far-off mean: the samples come back in x and keep the moments."""
+    import rnshmc
+    cov = np.array([[100.0, 0.5], [0.5, 0.01]])
+    model = Gaussian(np.array([50.0, -3.0]), covariance=cov)
+    l2 = rnshmc.L2HMC(model, n_steps=5, hidden=6, step_size=0.3, rng=seed,
+                      standardize=(np.array([45.0, -3.1]), np.array([8.0, 0.12])))
+    l2.parameters[1:] += 0.2 * np.random.default_rng(seed).standard_normal(l2.parameters.size - 1)
+    res = l2.sample(10000, tune=200, chains=2, rng=seed, init=model.mean, progress=False)
+    assert 0.2 < res.acceptance_rate.mean() < 0.99
+    z, tol = mean_within_mcse(res.samples, model.mean)
+    assert np.all(np.abs(z) < tol), z
+    z, tol = covariance_within_mcse(res.samples, model.mean, cov)
+    assert np.all(np.abs(z) < tol), z
+    # and training sees the same coordinates (chains start where init says, in x)
+    l2.train(3, chains=4, rng=0, init=model.mean, progress=False)
+    assert np.all(np.isfinite(l2.history["loss"]))

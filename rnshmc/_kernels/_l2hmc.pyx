@@ -416,40 +416,82 @@ cdef void net_backward(const Net* net, const Net* grad, int n, int H, const doub
     _gemv(RowMajor, Trans, H, n, 1.0, net.Wb, n, g1, 1, 1.0, gb, 1)
 
 
-cdef class TemperedTarget(CTarget):
-    """U / temperature of another target, with its gradient and Hessian-vector product
-    (training anneals the temperature towards 1 on multimodal targets). ``inverse_temperature``
-    is a setting of the trainer that owns this object, not shared scratch."""
+cdef class TransformedTarget(CTarget):
+    """U_z(z) = beta U(shift + scale * z) of another target U, with its gradient and
+    Hessian-vector product: L2HMC runs in standardised coordinates z (a fixed affine map,
+    whose constant Jacobian cancels in the Metropolis test), and training anneals the
+    inverse temperature beta towards 1 on multimodal targets. ``inverse_temperature`` is a
+    setting of the one trainer or chain that owns this object, not shared scratch.
+
+    Parameters
+    ----------
+    base : CTarget
+    shift, scale : None or ndarrays of shape (dim,)
+        None: 0 and 1 (z = x).
+    """
 
     cdef CTarget base
+    cdef const double[::1] shift
+    cdef const double[::1] scale
+    cdef bint identity
+    cdef object _arrays
     cdef public double inverse_temperature
 
-    def __init__(self, CTarget base):
-        super().__init__(base.dim, base.scratch_size)
+    def __init__(self, CTarget base, shift=None, scale=None):
+        # scratch: the base's, then x = shift + scale z and scale * u
+        super().__init__(base.dim, base.scratch_size + 2 * base.dim)
         self.base = base
+        self.identity = shift is None and scale is None
+        shift = np.zeros(base.dim) if shift is None else np.array(shift, dtype=np.float64)
+        scale = np.ones(base.dim) if scale is None else np.array(scale, dtype=np.float64)
+        if shift.shape != (base.dim,) or scale.shape != (base.dim,) \
+                or not np.all(np.isfinite(shift)) or not np.all(np.isfinite(scale)) \
+                or not np.all(scale > 0):
+            raise ValueError(f"shift and scale must be {base.dim} finite numbers, scale > 0")
+        self._arrays = (shift, scale)
+        self.shift, self.scale = shift, scale
         self.inverse_temperature = 1.0
 
+    cdef const double* point(self, const double* z, double* scratch) noexcept nogil:
+        cdef Py_ssize_t i
+        cdef double* x = scratch + self.base.scratch_size
+        if self.identity:
+            return z
+        for i in range(self.dim):
+            x[i] = self.shift[i] + self.scale[i] * z[i]
+        return x
+
+    cdef void rescale(self, double* v) noexcept nogil:
+        """v <- beta scale * v (a derivative with respect to x, to one with respect to z)."""
+        cdef Py_ssize_t i
+        for i in range(self.dim):
+            v[i] *= self.inverse_temperature * self.scale[i]
+
     cdef int potential(self, const double* q, double* U, double* scratch) except -1 nogil:
-        self.base.potential(q, U, scratch)
+        self.base.potential(self.point(q, scratch), U, scratch)
         U[0] *= self.inverse_temperature
         return 0
 
     cdef int potential_and_gradient(self, const double* q, double* U, double* grad,
                                     double* scratch) except -1 nogil:
-        self.base.potential_and_gradient(q, U, grad, scratch)
+        self.base.potential_and_gradient(self.point(q, scratch), U, grad, scratch)
         U[0] *= self.inverse_temperature
-        _scal(<int> self.dim, self.inverse_temperature, grad, 1)
+        self.rescale(grad)
         return 0
 
     cdef int gradient(self, const double* q, double* grad, double* scratch) except -1 nogil:
-        self.base.gradient(q, grad, scratch)
-        _scal(<int> self.dim, self.inverse_temperature, grad, 1)
+        self.base.gradient(self.point(q, scratch), grad, scratch)
+        self.rescale(grad)
         return 0
 
     cdef int hessian_vector(self, const double* q, const double* u, double* out,
                             double* scratch) except -1 nogil:
-        self.base.hessian_vector(q, u, out, scratch)
-        _scal(<int> self.dim, self.inverse_temperature, out, 1)
+        cdef Py_ssize_t i
+        cdef double* w = scratch + self.base.scratch_size + self.dim
+        for i in range(self.dim):
+            w[i] = self.scale[i] * u[i]
+        self.base.hessian_vector(self.point(q, scratch), w, out, scratch)
+        self.rescale(out)
         return 0
 
 
@@ -738,7 +780,7 @@ cdef class Trainer(AugmentedLeapfrog):
             params[i] -= learning_rate * (m[i] / c1) / (sqrt(v[i] / c2) + 1e-8)
         return 0
 
-    def train(self, CTarget target, x, generator, Py_ssize_t n_iterations, adam_m, adam_v,
+    def train(self, TransformedTarget target, x, generator, Py_ssize_t n_iterations, adam_m, adam_v,
               Py_ssize_t step, double learning_rate, double decay_rate, Py_ssize_t decay_steps,
               double scale, double burnin_weight, temperatures, burnin_mean, burnin_sd,
               losses, acceptance):
@@ -748,7 +790,8 @@ cdef class Trainer(AugmentedLeapfrog):
         diag(burnin_sd^2)), its gradient, one Adam step (``adam_m``, ``adam_v`` updated in
         place; learning rate ``learning_rate * decay_rate ** (step // decay_steps)``, ``step``
         counting earlier iterations), then a Metropolis step of every chain to its proposal.
-        The dynamics of iteration i use U / ``temperatures[i]``. Writes the loss and the
+        The dynamics of iteration i use U / ``temperatures[i]`` (``target``'s inverse
+        temperature is set; it is left at the last one). Writes the loss and the
         chains' mean acceptance probability of each iteration into ``losses`` and
         ``acceptance``; returns the number of updates skipped for a non-finite gradient."""
         cdef double[:, ::1] xs = x
@@ -766,8 +809,7 @@ cdef class Trainer(AugmentedLeapfrog):
                 or accept_out.shape[0] < n_iterations):
             raise ValueError("train: inconsistent shapes")
         cdef double[::1] params = self._params
-        cdef TemperedTarget tempered = TemperedTarget(target)
-        cdef double[::1] scratch = tempered.new_scratch()
+        cdef double[::1] scratch = target.new_scratch()
         cdef double[:, ::1] momenta = np.empty((B, n))
         cdef double[:, ::1] fresh = np.empty((B, n))
         cdef double[:, ::1] proposals = np.empty((B, n))
@@ -780,7 +822,7 @@ cdef class Trainer(AugmentedLeapfrog):
         cdef bitgen_t* bitgen = get_bitgen(bit_generator)
         with bit_generator.lock, nogil:
             for it in range(n_iterations):
-                tempered.inverse_temperature = 1.0 / temps[it]
+                target.inverse_temperature = 1.0 / temps[it]
                 for i in range(self.size):
                     self.grad[i] = 0.0
                 loss = 0.0
@@ -788,7 +830,7 @@ cdef class Trainer(AugmentedLeapfrog):
                 random_standard_normal_fill(bitgen, B * n, &momenta[0, 0])
                 for b in range(B):
                     direction = 1 if random_standard_uniform(bitgen) < 0.5 else -1
-                    loss += self.trajectory_loss(tempered, &scratch[0], &xs[b, 0],
+                    loss += self.trajectory_loss(target, &scratch[0], &xs[b, 0],
                                                  &momenta[b, 0], direction, 1.0 / B, scale,
                                                  True, &accept[b], &proposals[b, 0]) / B
                     mean_accept += accept[b] / B
@@ -801,7 +843,7 @@ cdef class Trainer(AugmentedLeapfrog):
                         direction = 1 if random_standard_uniform(bitgen) < 0.5 else -1
                         # only the chains move: these starts are drawn afresh each time
                         loss += burnin_weight * self.trajectory_loss(
-                            tempered, &scratch[0], &fresh[b, 0], &momenta[b, 0], direction,
+                            target, &scratch[0], &fresh[b, 0], &momenta[b, 0], direction,
                             burnin_weight / B, scale, True, &A_fresh, &fresh_end[0]) / B
                 for b in range(B):
                     if random_standard_uniform(bitgen) < accept[b]:

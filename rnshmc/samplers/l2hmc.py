@@ -5,7 +5,8 @@ import warnings
 
 import numpy as np
 
-from .._kernels._l2hmc import AugmentedLeapfrog, Trainer, net_shapes, parameter_layout
+from .._kernels._l2hmc import (AugmentedLeapfrog, Trainer, TransformedTarget, net_shapes,
+                                parameter_layout)
 from .._kernels._metrics import EuclideanMetric
 from .._kernels._transition import Chain
 from ..targets import as_ctarget, target_dim
@@ -57,6 +58,10 @@ class L2HMC(ChainSampler):
         ``target``) and no exact gradient. The chain stays exact: the map is a fixed
         invertible one whose log-Jacobian the test includes. :meth:`with_surrogate` explores
         the model and fits one as RNS-HMC does.
+    standardize : None or (shift, scale), ndarrays of shape (dim,)
+        Run the learned dynamics in z = (x - shift) / scale (as a diagonal mass matrix
+        would; the constant Jacobian cancels in the test). Inputs (``init``) and outputs
+        (samples) stay in x. None: z = x, as in the reference code.
 
     Attributes
     ----------
@@ -86,7 +91,7 @@ class L2HMC(ChainSampler):
     PHASES = {"warmup": Phase(), "sampling": Phase(keep=("samples", "records"))}
 
     def __init__(self, target, n_steps=10, hidden=10, step_size=0.1, rng=None,
-                 max_energy_error=1000.0, surrogate=None):
+                 max_energy_error=1000.0, surrogate=None, standardize=None):
         if not hasattr(target, "dim"):
             raise ValueError("L2HMC needs the target's dim (give dim to rnshmc.Target)")
         dim = target_dim(target)
@@ -94,6 +99,15 @@ class L2HMC(ChainSampler):
             raise ValueError(f"the surrogate must be a target of the model's dim {dim}")
         self.surrogate = surrogate
         self.exploration = None  # what with_surrogate's exploration cost and found
+        if standardize is None:
+            self.shift, self.scale = np.zeros(dim), np.ones(dim)
+        else:
+            self.shift, self.scale = (np.array(a, dtype=np.float64) for a in standardize)
+            if (self.shift.shape != (dim,) or self.scale.shape != (dim,)
+                    or not np.all(np.isfinite(self.shift)) or not np.all(np.isfinite(self.scale))
+                    or not np.all(self.scale > 0)):
+                raise ValueError(f"standardize must be (shift, scale): {dim} finite numbers "
+                                 "each, scale > 0")
         self.hidden = check_integer(hidden, "hidden", minimum=1)
         n_steps = check_integer(n_steps, "n_steps", minimum=1)
         generator = np.random.default_rng(rng)
@@ -193,6 +207,7 @@ class L2HMC(ChainSampler):
         ctarget = as_ctarget(target, self.dim)
         if ctarget.dim != self.dim:
             raise ValueError(f"the training target has dim {ctarget.dim}, the sampler {self.dim}")
+        transformed = self._transformed(ctarget)
         generator = np.random.default_rng(rng)
         mean, sd = self._initial_distribution(burnin_mean, burnin_sd)
         if init is None:
@@ -202,6 +217,8 @@ class L2HMC(ChainSampler):
                                          (chains, self.dim)))
             if not np.all(np.isfinite(x)):
                 raise ValueError("init contains non-finite values")
+        z = np.ascontiguousarray((x - self.shift) / self.scale)  # the dynamics' coordinates
+        mean, sd = (mean - self.shift) / self.scale, sd / self.scale
         fraction = np.arange(n_iterations) / max(n_iterations - 1, 1)
         temperatures = temperature ** (1.0 - fraction)
         trainer = Trainer(self.dim, self.n_steps, self.hidden, self.parameters, self.masks)
@@ -216,7 +233,7 @@ class L2HMC(ChainSampler):
             while done < n_iterations:
                 n = min(chunk, n_iterations - done)
                 part = slice(done, done + n)
-                skipped += trainer.train(ctarget, x, generator, n, m, v, step, learning_rate,
+                skipped += trainer.train(transformed, z, generator, n, m, v, step, learning_rate,
                                          decay_rate, decay_steps, scale, burnin_weight,
                                          temperatures[part], mean, sd, losses[part],
                                          acceptance[part])
@@ -241,6 +258,12 @@ class L2HMC(ChainSampler):
         if not np.all(np.isfinite(self.parameters)):
             raise FloatingPointError("L2HMC training produced non-finite weights")
         return self
+
+    def _transformed(self, ctarget):
+        """``ctarget`` in the dynamics' coordinates z = (x - shift) / scale."""
+        standardized = np.any(self.shift != 0.0) or np.any(self.scale != 1.0)
+        return TransformedTarget(ctarget, self.shift, self.scale) if standardized \
+            else TransformedTarget(ctarget)
 
     def _initial_distribution(self, mean, sd):
         default_mean, default_sd = np.zeros(self.dim), np.ones(self.dim)
@@ -278,9 +301,9 @@ class L2HMC(ChainSampler):
         rns_options : dict, optional
             Arguments of :class:`~rnshmc.RNSHMC` (the surrogate and the exploration's HMC).
         **options
-            Arguments of :class:`L2HMC`. ``step_size`` defaults to the exploration's step
-            size times the smallest posterior standard deviation it estimated (the identity
-            mass of L2HMC against the exploration's adapted one).
+            Arguments of :class:`L2HMC`. ``standardize`` defaults to the training states'
+            mean and standard deviations, ``step_size`` to the exploration's step size in
+            those coordinates (times the smallest ratio of its mass matrix's scales to them).
 
         Returns
         -------
@@ -304,10 +327,12 @@ class L2HMC(ChainSampler):
         states = state.outputs["exploration"]["samples"][rns._training_window(state)]
         sd = states.std(axis=0)
         sd = np.where(sd > 0, sd, 1.0)
-        if "step_size" not in options:
+        options.setdefault("standardize", (states.mean(axis=0), sd))
+        if "step_size" not in options:  # the exploration's, in the dynamics' coordinates
             inverse_mass = np.ones(state.dim) if state.inverse_mass is None else state.inverse_mass
             scales = np.sqrt(np.diag(inverse_mass) if inverse_mass.ndim == 2 else inverse_mass)
-            options["step_size"] = float(state.kernel["step_size"] * scales.min())
+            unit = np.ones(state.dim) if options["standardize"] is None else options["standardize"][1]
+            options["step_size"] = float(state.kernel["step_size"] * np.min(scales / unit))
         sampler = cls(target, surrogate=surrogate, rng=weights_seed, **options)
         sampler.exploration = dict(
             n_density_evals=int(state.evals["exploration"][0] + state.evals["training"][0]),
@@ -332,12 +357,22 @@ class L2HMC(ChainSampler):
         return False
 
     def make_chain(self, name, state, ctarget):
+        # the chain runs in z = (x - shift) / scale: its states, kept outputs and ChainState
+        # too; result() maps the samples back
         if self.surrogate is None:
-            return self.new_chain(ctarget, state)
-        return self.new_chain(as_ctarget(self.surrogate, state.dim), state, test=ctarget)
+            return self.new_chain(self._transformed(ctarget), state)
+        return self.new_chain(self._transformed(as_ctarget(self.surrogate, state.dim)), state,
+                              test=self._transformed(ctarget))
+
+    def begin_phase(self, name, chain, state, generator):
+        if state.kernel is None:
+            chain.set_position((state.init - self.shift) / self.scale)
+        else:
+            chain.set_state(state.kernel, counters=False)
 
     def result(self, states):
         result = super().result(states)
+        result["samples"] = self.shift + self.scale * result["samples"]
         if self.surrogate is not None:  # the chain's gradients were the surrogate's
             result["n_surrogate_gradient_evals"] = result["n_gradient_evals"]
             result["n_gradient_evals"] = np.zeros_like(result["n_gradient_evals"])
@@ -391,6 +426,7 @@ class L2HMC(ChainSampler):
         m, v, step = self._adam
         np.savez(path, format=np.array(_FORMAT), dim=self.dim, n_steps=self.n_steps,
                  hidden=self.hidden, parameters=self.parameters, masks=self.masks,
+                 shift=self.shift, scale=self.scale,
                  adam_m=m, adam_v=v, adam_step=step,
                  training_evals=np.array([self.training_evals["gradient"],
                                           self.training_evals["hessian_vector"],
@@ -398,8 +434,9 @@ class L2HMC(ChainSampler):
                  **{f"history_{key}": value for key, value in self.history.items()})
 
     @classmethod
-    def load(cls, path, target, max_energy_error=1000.0):
-        """An L2HMC sampler of ``target`` with the weights saved by :meth:`save`.
+    def load(cls, path, target, max_energy_error=1000.0, surrogate=None):
+        """An L2HMC sampler of ``target`` with the weights saved by :meth:`save` (and the
+        standardisation; a surrogate is not saved with them: pass it again).
 
         Raises
         ------
@@ -426,7 +463,8 @@ class L2HMC(ChainSampler):
                 or not np.all((masks == 0.0) | (masks == 1.0))):
             raise ValueError(f"{path}: inconsistent L2HMC weights")
         sampler = cls(target, n_steps=n_steps, hidden=hidden, rng=0,
-                      max_energy_error=max_energy_error)
+                      max_energy_error=max_energy_error, surrogate=surrogate,
+                      standardize=(data["shift"], data["scale"]))
         sampler.parameters[:] = parameters
         sampler.masks = masks
         sampler._adam = (np.array(data["adam_m"], dtype=np.float64),
