@@ -2,11 +2,12 @@
 import numpy as np
 
 from .._kernels._logistic import LogisticTarget, openmp_enabled
+from ._base import CTargetModel
 
 __all__ = ["LogisticRegression"]
 
 
-class LogisticRegression:
+class LogisticRegression(CTargetModel):
     """Posterior of logistic-regression coefficients under an isotropic Gaussian prior.
 
     U(b) = sum_i [log(1 + exp(x_i^T b)) - y_i x_i^T b] + |b|^2 / (2 prior_variance).
@@ -62,34 +63,12 @@ class LogisticRegression:
     openmp_enabled = openmp_enabled
 
     @property
-    def dim(self):
-        """Number of coefficients."""
-        return self.X.shape[1]
-
-    @property
     def density_flops(self):
         """Floating-point operations of one density evaluation, an estimate: the linear
         predictor (2 d per row) and log(1 + exp) with the likelihood terms (about 20 per row).
         Surrogate samplers use it to price their leapfrog steps against exact evaluations."""
         n, d = self.X.shape
         return float(n * (2 * d + 20))
-
-    def potential(self, q):
-        """U(q) = -log posterior density (up to a constant)."""
-        return self._ctarget.eval_potential(q)
-
-    def potential_and_gradient(self, q):
-        """(U(q), grad U(q))."""
-        return self._ctarget.eval_potential_and_gradient(q)
-
-    def log_density(self, q):
-        """Log posterior density at ``q`` (up to a constant)."""
-        return -self.potential(q)
-
-    def log_density_gradient(self, q):
-        """(log density, its gradient) at ``q``."""
-        U, grad = self.potential_and_gradient(q)
-        return -U, -grad
 
     def fisher_metric(self, q):
         """Expected Fisher information plus prior precision: X^T diag(pi(1-pi)) X + I/alpha.

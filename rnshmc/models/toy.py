@@ -2,38 +2,13 @@
 import numpy as np
 
 from .._kernels._toy import GaussianTarget, MixtureTarget, RoughWellTarget
+from ._base import CTargetModel
 
 __all__ = ["Gaussian", "GaussianMixture", "RoughWell", "ill_conditioned_gaussian",
            "correlated_gaussian_2d"]
 
 
-class _ToyModel:
-    """What the toy models share: a C-level target in ``_ctarget`` and the potential
-    convention U = -log density (normalised where the docstring says so)."""
-
-    @property
-    def dim(self):
-        return self._ctarget.dim
-
-    def potential(self, q):
-        """U(q) = -log density."""
-        return self._ctarget.eval_potential(q)
-
-    def potential_and_gradient(self, q):
-        """(U(q), grad U(q))."""
-        return self._ctarget.eval_potential_and_gradient(q)
-
-    def log_density(self, q):
-        """Log density at ``q``."""
-        return -self.potential(q)
-
-    def log_density_gradient(self, q):
-        """(log density, gradient) at ``q``."""
-        U, grad = self.potential_and_gradient(q)
-        return -U, -grad
-
-
-class Gaussian(_ToyModel):
+class Gaussian(CTargetModel):
     """Multivariate normal N(mean, covariance) as a C-level target, with
     U(q) = (q - mean)^T P (q - mean) / 2 (the log density up to its constant).
 
@@ -95,7 +70,7 @@ def correlated_gaussian_2d():
     return Gaussian(np.zeros(2), covariance=np.array([[50.05, -49.95], [-49.95, 50.05]]))
 
 
-class GaussianMixture(_ToyModel):
+class GaussianMixture(CTargetModel):
     """An isotropic Gaussian mixture sum_k w_k N(mu_k, variance I) as a C-level target
     (normalised: U = -log density exactly).
 
@@ -140,7 +115,7 @@ class GaussianMixture(_ToyModel):
         return (type(self), (self.means, self.variance, self.weights))
 
 
-class RoughWell(_ToyModel):
+class RoughWell(CTargetModel):
     """L2HMC's rough well: U(q) = |q|^2 / 2 + eta sum_i cos(q_i / eta) (Levy et al. 2018,
     sec. 5.1), a Gaussian with fast small ripples whose gradients swing by +-1.
 
