@@ -77,6 +77,19 @@ def test_rnshmc_state_saved_and_continued_equals_uninterrupted(stops, delayed, t
         np.testing.assert_array_equal(a.output_weights, b.output_weights)
 
 
+@pytest.mark.parametrize("stops", [[1], [99, 100], [150, 260]])
+def test_l2hmc_state_saved_and_continued_equals_uninterrupted(stops, tmp_path):
+    """L2HMC in standardised coordinates on a surrogate: the saved states (in z) continue to
+    the uninterrupted draws (mapped back to x)."""
+    model = correlated_gaussian()
+    l2 = rnshmc.L2HMC.with_surrogate(model, tune=100, rng=0, progress=False, n_steps=4,
+                                     rns_options=dict(n_hidden=40))
+    l2.train(5, chains=8, rng=1, progress=False)
+    kwargs = dict(draws=200, tune=100, chains=2, rng=5)
+    full = l2.sample(progress=False, **kwargs)
+    assert_same_result(interrupted_run(l2, stops, tmp_path, **kwargs), full)
+
+
 @pytest.mark.parametrize("name", ["RNSHMC", "ARNSHMC"])
 def test_continued_across_refits_and_fallback_equals_uninterrupted(name, tmp_path):
     """Stops where the trust watch switches to exact dynamics, inside an exact stretch, at
