@@ -315,9 +315,7 @@ class L2HMC(ChainSampler):
         """
         from ..surrogate import RandomNetworkSurrogate
         from .rns import RNSHMC
-        seeds = np.random.SeedSequence(rng) if not isinstance(rng, np.random.Generator) \
-            else np.random.SeedSequence(rng.integers(2**63))
-        explore_seed, weights_seed = seeds.spawn(2)
+        explore_seed, weights_seed = np.random.default_rng(rng).spawn(2)
         rns = RNSHMC(target, **(rns_options or {}))
         start = time.perf_counter()
         state = rns.init_states(draws=1, tune=tune, rng=explore_seed, init=init)[0]
