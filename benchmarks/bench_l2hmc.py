@@ -230,7 +230,7 @@ def main(argv=None):
     parser.add_argument("--train-iterations", type=int, default=5000)
     parser.add_argument("--train-chains", type=int, default=200)
     parser.add_argument("--temperature", type=float, default=10.0)
-    parser.add_argument("--hmc-lengths", type=int, nargs="+", default=[5, 10, 20, 40, 80])
+    parser.add_argument("--hmc-lengths", type=int, nargs="+", default=[5, 10, 20, 40, 80, 160])
     parser.add_argument("--draws", type=int, default=2000)
     parser.add_argument("--tune", type=int, default=1000)
     parser.add_argument("--chains", type=int, default=4)

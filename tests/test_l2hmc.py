@@ -478,3 +478,17 @@ def test_standardised_chain_is_exact_and_reports_samples_in_x(seed):
     # and training sees the same coordinates (chains start where init says, in x)
     l2.train(3, chains=4, rng=0, init=model.mean, progress=False)
     assert np.all(np.isfinite(l2.history["loss"]))
+
+
+def test_thread_and_process_pools_give_the_serial_draws(on_poor_surrogate):
+    """Each chain builds its own integrator (scratch, direction) over a copy of the weights."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+    _, mean, _, l2 = on_poor_surrogate
+    serial = l2.sample(200, tune=20, chains=2, rng=1, init=mean, progress=False)
+    for pool in (ThreadPoolExecutor(2),
+                 ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn"))):
+        with pool:
+            pooled = l2.sample(200, tune=20, chains=2, rng=1, init=mean, progress=False,
+                               pool=pool)
+        np.testing.assert_array_equal(pooled.samples, serial.samples)
