@@ -7,7 +7,20 @@ from . import demos
 
 def main(argv=None):
     """Entry point of ``python -m rnshmc`` and the ``rnshmc`` script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:  # inputs that cannot work are reported in one line, before any sampling
+        demos.check_output_folder(args)
+        return args.run(args)
+    except demos.CommandLineError as error:
+        parser.exit(2, f"rnshmc: error: {error}\n")
+
+
+def build_parser():
+    """The argument parser of the ``rnshmc`` command."""
+    from . import __version__
     parser = argparse.ArgumentParser(prog="rnshmc", description="rnshmc demonstrations")
+    parser.add_argument("--version", action="version", version=f"rnshmc {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="run a demonstration")
     which = demo.add_subparsers(dest="demo", required=True)
@@ -16,36 +29,56 @@ def main(argv=None):
         description="HMC and RNS-HMC with the papers' settings (eps=0.16, L=10 jittered, "
                     "s=1000, ridge=1e-7) on the elliptic PDE inverse problem; prints a "
                     "Table-1-style comparison and writes samples, the table and (with "
-                    "matplotlib) plots to --out.")
+                    "matplotlib) plots to --out. About 25 s on two cores with the defaults; "
+                    "--quick takes a few seconds.")
     pde.add_argument("--data", default=None, metavar="ePDE.mat",
                      help="the authors' problem file (default: synthetic data on --n x --n)")
-    pde.add_argument("--n", type=int, default=30, help="mesh size (default 30)")
-    pde.add_argument("--element", default="Q1", choices=["Q1", "P1"])
-    pde.add_argument("--draws", type=int, default=5000)
-    pde.add_argument("--tune", type=int, default=5000,
-                     help="warm-up; for RNS-HMC the exploration, whose last 80%% train the "
-                          "surrogate (default 5000, the papers' protocol)")
-    pde.add_argument("--chains", type=int, default=1)
-    pde.add_argument("--seed", type=int, default=0)
-    pde.add_argument("--out", default="rnshmc_output")
-    pde.add_argument("--quick", action="store_true", help="a few-second smoke run")
-    pde.add_argument("--no-progress", action="store_true")
+    pde.add_argument("--n", type=int, default=None,
+                     help="mesh size of the synthetic problem (default 30; --quick: 12)")
+    pde.add_argument("--element", default="Q1", choices=["Q1", "P1"],
+                     help="finite elements of the synthetic problem: bilinear quadrilaterals "
+                          "(Q1, the papers') or linear triangles (P1)")
+    add_run_options(pde, draws=5000, tune=5000, quick_draws=400, quick_tune=400,
+                    tune_help="warm-up; for RNS-HMC the exploration, whose last 80%% train the "
+                              "surrogate (default 5000, the papers' protocol; --quick: 400)")
     pde.set_defaults(run=demos.pde)
-    logistic = which.add_parser("logistic", help="HMC on the papers' simulated logistic regression")
-    logistic.add_argument("--n", type=int, default=100_000, help="rows of data (default 100000)")
-    logistic.add_argument("--dim", type=int, default=50)
-    logistic.add_argument("--draws", type=int, default=2000)
-    logistic.add_argument("--tune", type=int, default=1000)
-    logistic.add_argument("--chains", type=int, default=1)
-    logistic.add_argument("--step-size", type=float, default=0.045, help="papers' 0.045")
-    logistic.add_argument("--n-steps", type=int, default=6, help="papers' 6 (jittered)")
-    logistic.add_argument("--seed", type=int, default=0)
-    logistic.add_argument("--out", default="rnshmc_output")
-    logistic.add_argument("--quick", action="store_true", help="a few-second smoke run")
-    logistic.add_argument("--no-progress", action="store_true")
+    logistic = which.add_parser(
+        "logistic", help="HMC on the papers' simulated logistic regression",
+        description="HMC with the papers' settings on their simulated logistic regression; "
+                    "prints acceptance, ESS, R-hat and timings and writes the samples to --out.")
+    logistic.add_argument("--n", type=int, default=None,
+                          help="rows of data (default 100000; --quick: 20000)")
+    logistic.add_argument("--dim", type=int, default=50, help="coefficients (default 50)")
+    logistic.add_argument("--step-size", type=float, default=None,
+                          help="leapfrog step size (default the papers' 0.045; --quick: "
+                               "adapted, as 0.045 is tuned for N=100000)")
+    logistic.add_argument("--n-steps", type=int, default=6,
+                          help="leapfrog steps, jittered (default the papers' 6)")
+    add_run_options(logistic, draws=2000, tune=1000, quick_draws=300, quick_tune=300,
+                    tune_help="warm-up iterations (default 1000; --quick: 300)")
     logistic.set_defaults(run=demos.logistic)
-    args = parser.parse_args(argv)
-    return args.run(args)
+    return parser
+
+
+def add_run_options(parser, draws, tune, quick_draws, quick_tune, tune_help):
+    """The options every demo has. Defaults that --quick shortens are None here, so that a
+    value given on the command line always wins (``demos.run_lengths``)."""
+    parser.add_argument("--draws", type=int, default=None,
+                        help=f"kept draws per chain (default {draws}; --quick: {quick_draws})")
+    parser.add_argument("--tune", type=int, default=None, help=tune_help)
+    parser.add_argument("--chains", type=int, default=1, help="chains per sampler (default 1)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="random seed of the data and the chains (default 0)")
+    parser.add_argument("--out", default="rnshmc_output",
+                        help="folder for the outputs (default rnshmc_output; created if needed)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace outputs of an earlier run in --out (default: refuse)")
+    parser.add_argument("--quick", action="store_true",
+                        help="a few-second smoke run: shorter defaults (the options above "
+                             "still apply when given)")
+    parser.add_argument("--no-progress", action="store_true",
+                        help="no progress bars (they show each chain's iterations)")
+    parser.set_defaults(default_lengths=(draws, tune), quick_lengths=(quick_draws, quick_tune))
 
 
 if __name__ == "__main__":

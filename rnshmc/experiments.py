@@ -41,6 +41,7 @@ def summarize(name, result):
                ess_max=float(ess.max()), seconds_per_iter=seconds / draws,
                min_ess_per_second=float(ess.min()) / seconds, exact_evals=exact,
                exact_evals_per_min_ess=exact / float(ess.min()),
+               rhat_max=float(np.nanmax(result.rhat())),
                train_seconds=float(result.timings.get("train", 0.0)),
                tune_seconds=float(result.timings.get("tune", 0.0)),
                draws=int(result.samples.shape[1]))
@@ -104,8 +105,9 @@ def compare(samplers, draws, tune, chains=1, rng=0, init=None, progress=False, s
     return rows, results
 
 
-def format_table(rows, title=None, evals_label="exact evals / min ESS"):
-    """The rows as a plain-text table in the layout of the papers' Table 1.
+def format_table(rows, title=None, evals_label="exact evals / min ESS", legend=False):
+    """The rows as a plain-text table in the layout of the papers' Table 1, plus the largest
+    R-hat; with ``legend``, lines defining the columns below it.
 
     A "draws" column appears when the rows ran different numbers of draws, and two columns
     of the generalized leapfrog when a row has them (see :func:`summarize`; "-" in the other
@@ -113,7 +115,7 @@ def format_table(rows, title=None, evals_label="exact evals / min ESS"):
     (fixed-point iterations per leapfrog step).
     """
     header = ["method", "AP", "ESS (min, median, max)", "s/iter", "min(ESS)/s", "speed-up",
-              evals_label]
+              evals_label, "max R-hat"]
     with_draws = len({r["draws"] for r in rows if "draws" in r}) > 1
     riemannian = any("implicit_failures" in r for r in rows)
     if with_draws:
@@ -129,7 +131,8 @@ def format_table(rows, title=None, evals_label="exact evals / min ESS"):
         line = [r["method"], f"{r['acceptance']:.2f}",
                 f"({r['ess_min']:.0f}, {r['ess_median']:.0f}, {r['ess_max']:.0f})",
                 f"{r['seconds_per_iter']:.5f}", f"{_short(r['min_ess_per_second'])}",
-                f"{r.get('speedup', 1.0):.2f}", f"{r['exact_evals_per_min_ess']:.2f}"]
+                f"{r.get('speedup', 1.0):.2f}", f"{r['exact_evals_per_min_ess']:.2f}",
+                f"{r['rhat_max']:.3f}"]
         if with_draws:
             line.insert(1, str(r.get("draws", "-")))
         if riemannian:
@@ -147,6 +150,17 @@ def format_table(rows, title=None, evals_label="exact evals / min ESS"):
         for i, line in enumerate(lines)]
     if title:
         text.insert(0, title)
+    if legend:
+        text += ["", "AP: mean acceptance probability. ESS: effective sample sizes of the "
+                 "coordinates (chains pooled).",
+                 "s/iter: seconds per kept iteration of the sampling phase (after warm-up and "
+                 "training, as in the papers).",
+                 "min(ESS)/s: the smallest ESS per second of sampling; speed-up: that over the "
+                 "first row.",
+                 f"{evals_label}: exact evaluations of the sampling phase (a gradient counts "
+                 "one more) per unit of min ESS.",
+                 "max R-hat: the largest rank-normalised split R-hat (chains split in halves); "
+                 "above 1.01 the chains disagree."]
     return "\n".join(text)
 
 

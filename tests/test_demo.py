@@ -39,3 +39,72 @@ def test_demo_logistic_quick(tmp_path, capsys):
 def test_demo_needs_a_known_command():
     with pytest.raises(SystemExit):
         main(["demo", "nothing"])
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out.strip() == f"rnshmc {rnshmc.__version__}"
+
+
+def test_every_option_has_help():
+    import argparse
+    from rnshmc.__main__ import build_parser
+
+    def parsers(parser):
+        yield parser
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub in action.choices.values():
+                    yield from parsers(sub)
+
+    checked = 0
+    for parser in parsers(build_parser()):
+        for action in parser._actions:
+            if action.option_strings:
+                assert action.help and len(action.help) > 10, (parser.prog, action.option_strings)
+                checked += 1
+    assert checked > 20
+
+
+def one_line_error(capsys, argv):
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("rnshmc: error: ") and err.count("\n") == 1
+    return err
+
+
+def test_bad_inputs_are_reported_in_one_line_before_sampling(tmp_path, capsys):
+    missing = tmp_path / "missing.mat"
+    err = one_line_error(capsys, ["demo", "pde", "--quick", "--data", str(missing),
+                                  "--out", str(tmp_path / "out")])
+    assert "--data" in err and "missing.mat" in err
+    garbage = tmp_path / "garbage.mat"
+    garbage.write_bytes(b"not a MATLAB file")
+    assert "--data" in one_line_error(capsys, ["demo", "pde", "--quick", "--data", str(garbage),
+                                               "--out", str(tmp_path / "out")])
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    for command in ("pde", "logistic"):
+        err = one_line_error(capsys, ["demo", command, "--quick", "--out", str(blocker / "sub")])
+        assert "--out" in err and "not a writable folder" in err
+
+
+def test_reruns_do_not_overwrite_unless_asked(tmp_path, capsys):
+    args = ["demo", "logistic", "--quick", "--out", str(tmp_path), "--no-progress"]
+    assert main(args) == 0
+    before = (tmp_path / "logistic_hmc.npz").read_bytes()
+    err = one_line_error(capsys, args)
+    assert "logistic_hmc.npz" in err and "--overwrite" in err
+    assert (tmp_path / "logistic_hmc.npz").read_bytes() == before
+    assert main(args + ["--overwrite", "--draws", "20", "--tune", "20"]) == 0
+    assert rnshmc.load(tmp_path / "logistic_hmc.npz").samples.shape[1] == 20
+
+
+def test_quick_does_not_override_given_lengths(tmp_path):
+    assert main(["demo", "pde", "--quick", "--draws", "50", "--tune", "60", "--out",
+                 str(tmp_path), "--no-progress"]) == 0
+    assert rnshmc.load(tmp_path / "pde_hmc.npz").samples.shape == (1, 50, 20)

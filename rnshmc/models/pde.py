@@ -304,7 +304,10 @@ class EllipticPDE:
             authors' code; log kappa = evc_KL @ (rtev_KL * theta) per triangle.
         """
         import scipy.io
-        contents = scipy.io.loadmat(path, squeeze_me=True, struct_as_record=False)
+        try:
+            contents = scipy.io.loadmat(path, squeeze_me=True, struct_as_record=False)
+        except scipy.io.matlab.MatReadError as error:
+            raise ValueError(f"{path} is not a readable MATLAB file ({error})") from None
         try:
             pde = contents["PDE"]
             nodes, elements, dirichlet = pde.node, pde.elem, pde.bdNode
