@@ -25,7 +25,11 @@ from scipy.stats import rankdata
 __all__ = [
     "autocorrelation",
     "ess",
+    "ess_bulk",
+    "ess_tail",
     "rhat",
+    "health",
+    "SamplingWarning",
     "relative_error_of_mean",
     "mcse_mean",
     "summary",
@@ -239,6 +243,45 @@ def _classic_rhat(x):
         return np.sqrt(((n - 1) / n * w + b_over_n) / w)
 
 
+def _split_chains(arr):
+    """``(chains, draws, dim)`` -> ``(2 chains, draws // 2, dim)``: each chain's halves (the
+    middle draw dropped when the number of draws is odd)."""
+    n = arr.shape[1]
+    half = n // 2
+    return np.concatenate([arr[:, :half], arr[:, n - half:]], axis=0)
+
+
+def ess_bulk(x):
+    """Bulk effective sample size (Vehtari et al. 2021): the ESS of the rank-normalised split
+    chains, per coordinate (input as for :func:`ess`; a constant coordinate gives ``nan``).
+
+    It measures how well the centre of the distribution is explored and, as split chains
+    that disagree inflate the between-chain variance, also catches chains that did not mix.
+    """
+    arr, scalar = _as_chains(x)
+    split = _split_chains(arr)
+    out = np.asarray(ess(_rank_normalise(split)), dtype=float).reshape(-1)
+    out[np.ptp(split, axis=(0, 1)) == 0] = np.nan
+    return _out(out, scalar)
+
+
+def ess_tail(x):
+    """Tail effective sample size (Vehtari et al. 2021): the smaller ESS of the indicators
+    x <= q_5% and x >= q_95% over the split chains, per coordinate (input as for
+    :func:`ess`): how well the 5% and 95% quantiles are estimated."""
+    arr, scalar = _as_chains(x)
+    split = _split_chains(arr)
+    out = np.full(split.shape[2], np.nan)
+    for k in range(split.shape[2]):
+        lower, upper = np.quantile(split[..., k], [0.05, 0.95])
+        values = [ess((split[..., k:k + 1] <= lower).astype(float)),
+                  ess((split[..., k:k + 1] >= upper).astype(float))]
+        values = [float(np.ravel(v)[0]) for v in values]
+        if not any(np.isnan(values)):
+            out[k] = min(values)
+    return _out(out, scalar)
+
+
 def rhat(x):
     """Rank-normalised split R-hat (Vehtari et al. 2021), per coordinate.
 
@@ -271,15 +314,76 @@ def rhat(x):
        ``|x - median(x)|``, which catches differences in scale.
     """
     arr, scalar = _as_chains(x)
-    n = arr.shape[1]
-    half = n // 2
-    split = np.concatenate([arr[:, :half], arr[:, n - half:]], axis=0)
+    split = _split_chains(arr)
     bulk = _classic_rhat(_rank_normalise(split))
     med = np.median(split, axis=(0, 1))
     tail = _classic_rhat(_rank_normalise(np.abs(split - med)))
     out = np.fmax(bulk, tail)
     out[np.ptp(split, axis=(0, 1)) == 0] = np.nan
     return _out(out, scalar)
+
+
+# ---------------------------------------------------------------------------
+# health of a run
+# ---------------------------------------------------------------------------
+
+
+class SamplingWarning(RuntimeWarning):
+    """The diagnostics of a run say its draws are not to be trusted as they are."""
+
+
+def health(samples, diverging=None, rhat_limit=1.01, ess_per_chain=100.0):
+    """The checks Stan and PyMC make after sampling, and what failed.
+
+    Parameters
+    ----------
+    samples : ndarray of shape (chains, draws, dim)
+    diverging : None or ndarray of shape (chains, draws) of bool
+    rhat_limit : float
+        R-hat above this fails (default 1.01, Vehtari et al. 2021).
+    ess_per_chain : float
+        Bulk or tail ESS under this many per chain fails (default 100).
+
+    Returns
+    -------
+    checks : dict
+        ``rhat_max``, ``ess_bulk_min``, ``ess_tail_min`` (over the coordinates; NaN when
+        there are fewer than 4 draws or every coordinate is constant) and ``n_divergent``.
+    problems : list of str
+        One sentence per failed check (empty for a healthy run).
+    """
+    samples = np.asarray(samples, dtype=float)
+    chains, draws = samples.shape[:2]
+    checks = dict(rhat_max=np.nan, ess_bulk_min=np.nan, ess_tail_min=np.nan,
+                  n_divergent=0 if diverging is None else int(np.sum(diverging)))
+    problems = []
+    if draws >= 2 * _MIN_DRAWS and np.all(np.isfinite(samples)):
+        with np.errstate(invalid="ignore", divide="ignore"):
+            r = np.atleast_1d(rhat(samples))
+            bulk = np.atleast_1d(ess_bulk(samples))
+            tail = np.atleast_1d(ess_tail(samples))
+        for key, values, pick in (("rhat_max", r, np.nanmax), ("ess_bulk_min", bulk, np.nanmin),
+                                  ("ess_tail_min", tail, np.nanmin)):
+            if not np.all(np.isnan(values)):
+                checks[key] = float(pick(values))
+        bad = np.flatnonzero(r > rhat_limit)
+        if bad.size:
+            problems.append(f"R-hat above {rhat_limit} for {bad.size} of {r.size} coordinates "
+                            f"(largest {checks['rhat_max']:.3g}, coordinate "
+                            f"{int(np.nanargmax(r))}): the chains (or their halves) disagree; "
+                            "run longer or check for multimodality")
+        wanted = ess_per_chain * chains
+        for key, name in (("ess_bulk_min", "bulk"), ("ess_tail_min", "tail")):
+            if checks[key] < wanted:
+                problems.append(f"{name} ESS {checks[key]:.0f} is under {ess_per_chain:.0f} "
+                                f"per chain ({wanted:.0f} for {chains}): too few effective "
+                                f"draws for reliable {'means' if name == 'bulk' else 'quantiles'}")
+    if checks["n_divergent"]:
+        problems.append(f"{checks['n_divergent']} divergent transitions of {chains * draws} "
+                        f"({checks['n_divergent'] / (chains * draws):.1%}): the integrator "
+                        "failed there and the region may be under-explored; use a smaller "
+                        "step size (or a higher target_accept)")
+    return checks, problems
 
 
 # ---------------------------------------------------------------------------

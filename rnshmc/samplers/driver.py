@@ -208,6 +208,7 @@ class ChainSampler:
             timings=timings,
         )
         warn_about_stuck_chains(self.name, result)
+        warn_about_health(self.name, result)
         return result
 
 
@@ -537,6 +538,18 @@ def transition_stats(states, phase):
     """Per-chain arrays of a phase's kept outputs, stacked: (chains, n, ...)."""
     return {key: np.stack([s.outputs[phase][key] for s in states])
             for key in states[0].outputs[phase]}
+
+
+def warn_about_health(name, result):
+    """Stan's and PyMC's checks after sampling (R-hat, bulk and tail ESS per chain,
+    divergences: :func:`rnshmc.diagnostics.health`): kept in ``result["health"]``, and one
+    :class:`~rnshmc.diagnostics.SamplingWarning` saying what failed."""
+    from ..diagnostics import SamplingWarning, health
+    checks, problems = health(result.samples, result.diverging)
+    result["health"] = dict(checks, problems=problems)
+    if problems:
+        warnings.warn(f"{name}: " + "; ".join(problems) + ".", SamplingWarning,
+                      stacklevel=user_stacklevel())
 
 
 def warn_about_stuck_chains(name, result):
