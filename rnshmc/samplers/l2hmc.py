@@ -179,9 +179,15 @@ class L2HMC(ChainSampler):
             The chains' starting points (default: draws from the initial distribution).
         burnin_mean, burnin_sd : None or ndarrays of shape (dim,)
             The initial distribution N(mean, diag(sd^2)) of the burn-in term and of the
-            default ``init``: N(0, I) (the reference's) unless given, or, after
-            :meth:`with_surrogate`, the exploration's training states' mean and standard
-            deviations (where the surrogate was fitted).
+            default ``init``. Unless given: N(0, I) in the dynamics' coordinates (the
+            reference's N(0, I) without ``standardize``, N(shift, diag(scale^2)) with it),
+            or, after :meth:`with_surrogate`, the exploration's training states' mean and
+            standard deviations (where the surrogate was fitted). The burn-in term rewards
+            long jumps from there: far from the posterior (the reference's N(0, I) on its
+            50-d Gaussian with variances 1e-2 to 1e2), volume-expanding jumps from those
+            starts came to dominate the loss and the chains' acceptance fell to 0.001
+            within 300 steps (``benchmarks/bench_l2hmc.py``): standardise, or lower
+            ``burnin_weight``.
         target : optional
             Train on this target instead of the sampler's dynamics (its ``surrogate`` if it
             has one, else its target).
@@ -266,7 +272,8 @@ class L2HMC(ChainSampler):
             else TransformedTarget(ctarget)
 
     def _initial_distribution(self, mean, sd):
-        default_mean, default_sd = np.zeros(self.dim), np.ones(self.dim)
+        # N(0, I) in the dynamics' coordinates: N(shift, diag(scale^2)) in x
+        default_mean, default_sd = self.shift, self.scale
         if self.exploration is not None:
             default_mean, default_sd = self.exploration["mean"], self.exploration["sd"]
         out = []
