@@ -59,10 +59,12 @@ class Phase(NamedTuple):
 
 
 class Progress:
-    """A tqdm bar when tqdm is installed and progress is wanted; silent otherwise."""
+    """A tqdm bar when tqdm is installed and progress is wanted; silent otherwise. A chain's
+    bar shows the phase under way, its acceptance rate so far and its divergences."""
 
     def __init__(self, enabled, total, desc):
         self.bar = None
+        self.phase, self.accepted, self.divergent, self.transitions = None, 0, 0, 0
         if enabled and total > 0:
             try:
                 from tqdm.auto import tqdm
@@ -76,6 +78,19 @@ class Progress:
             if postfix:
                 self.bar.set_postfix(postfix, refresh=False)
             self.bar.update(n)
+
+    def transitions_done(self, phase, records):
+        """Advance by the transitions in ``records`` (TRANSITION rows) of ``phase``."""
+        if self.bar is None:
+            return
+        if phase != self.phase:
+            self.phase, self.accepted, self.divergent, self.transitions = phase, 0, 0, 0
+        self.accepted += int(np.sum(records["accepted"]))
+        self.divergent += int(np.sum(records["diverging"]))
+        self.transitions += len(records)
+        self.update(len(records), phase=phase,
+                    accept=f"{self.accepted / max(self.transitions, 1):.2f}",
+                    divergent=self.divergent)
 
     def close(self):
         if self.bar is not None:
@@ -411,7 +426,7 @@ class ChainSampler:
             if accumulate and schedule.window_end(stop - 1):
                 self._window_end(chain, state, generator, adapt_step)
             self._keep_current(name, chain, state, generator)
-            bar.update(n)
+            bar.transitions_done(name, rows["records"])
             if stop < boundary:
                 break
         if state.iteration == n_iter and spec.adapt:
