@@ -32,9 +32,11 @@ The chain owns every mutable buffer (state, proposal, scratch of both targets), 
 be shared between threads. ``run`` performs many transitions in one ``nogil`` block and writes
 one ``TRANSITION`` record per transition.
 """
+from cpython.exc cimport PyErr_CheckSignals
 from libc.math cimport exp, log, pow, sqrt, isfinite, INFINITY, NAN
 from libc.stdint cimport int64_t
 from libc.string cimport memcpy
+from libc.time cimport clock, clock_t, CLOCKS_PER_SEC
 
 import numpy as np
 
@@ -42,6 +44,21 @@ from ._integrators cimport Integrator, Leapfrog, TrajectoryInfo
 from ._metrics cimport Metric
 from ._random cimport bitgen_t, get_bitgen, random_standard_uniform, random_interval
 from ._targets cimport CTarget
+
+# Stopping early. A chain's loop polls its stop flag (``set_stop_flag``: an int shared by the
+# chains of one run) after each transition and stops when it is set (by the run's main thread
+# on Ctrl-C, or by a chain that failed, so that the others stop within a transition); and every
+# SIGNAL_CHECK_SECONDS of processor time it takes the GIL to let Python run its signal
+# handlers (effective in the main thread only, where a Ctrl-C arrives). Either way the loop
+# stops between two transitions, with the chain's state whole and ``completed`` saying how
+# many transitions were made.
+SIGNAL_CHECK_SECONDS = 0.005
+
+
+class StopRequested(KeyboardInterrupt):
+    """A chain loop stopped because request_stop was called (another chain failed or was
+    interrupted)."""
+
 
 # One record per transition (a C struct; the NumPy dtype below has the same layout).
 cdef struct Transition:
@@ -132,6 +149,10 @@ cdef class Chain:
     cdef public long long n_gradient_evals
     cdef public long long n_solver_failures
     cdef readonly Py_ssize_t trajectory_rows   # rows written by the last run's trajectory record
+    cdef readonly Py_ssize_t completed         # transitions made by the last run (all of them
+                                               # unless it was stopped early)
+    cdef volatile int* stop_flag               # nonzero: stop (NULL: no flag)
+    cdef object _stop_flag
     # a Riemannian metric's evaluations (G, and its derivative terms) are counted by the metric
     # object; these offsets let a restored state continue its counts
     cdef long long metric_evals_offset
@@ -181,6 +202,7 @@ cdef class Chain:
         self.var_mean, self.var_m2 = &var[0, 0], &var[1, 0]
         self.has_state = False
         self.step_size = NAN
+        self.stop_flag = NULL
 
     # ------------------------------------------------------------------------------------------
     # state
@@ -444,6 +466,19 @@ cdef class Chain:
     # ------------------------------------------------------------------------------------------
     # Python entry points
 
+    def set_stop_flag(self, flag):
+        """Watch ``flag`` (an int32 ndarray of one element, shared with other chains; None:
+        none): ``run`` stops after the transition during which it became nonzero and raises
+        :class:`StopRequested`."""
+        if flag is None:
+            self.stop_flag, self._stop_flag = NULL, None
+            return
+        if not (isinstance(flag, np.ndarray) and flag.dtype == np.int32 and flag.size == 1):
+            raise TypeError("the stop flag must be an int32 ndarray of one element")
+        cdef int[::1] view = flag.reshape(1)
+        self._stop_flag = flag
+        self.stop_flag = &view[0]
+
     def run(self, generator, Py_ssize_t n_iter, Py_ssize_t n_steps, bint jitter,
             double[:, ::1] samples, Transition[::1] records, double[:, ::1] gradients=None,
             bint adapt_step_size=False, bint accumulate_variance=False,
@@ -480,6 +515,7 @@ cdef class Chain:
             raise ValueError("output buffers are too small")
         if adapt_step_size and self.da.target_accept == 0.0:
             raise RuntimeError("restart_step_size_adaptation must be called before adapting")
+        self.completed = 0
         if n_iter == 0:
             return
         cdef Leapfrog recorder = None
@@ -519,9 +555,21 @@ cdef class Chain:
                       bint accumulate_variance, Py_ssize_t* ends,
                       double* proposal_rows) except -1:
         cdef Py_ssize_t it
+        cdef clock_t interval = <clock_t> (SIGNAL_CHECK_SECONDS * CLOCKS_PER_SEC)
+        cdef clock_t last_check = clock()
+        cdef int signalled = 0
         with bit_generator.lock, nogil:
             for it in range(n_iter):
+                if self.stop_flag != NULL and self.stop_flag[0] != 0:
+                    break
+                if clock() - last_check > interval:
+                    with gil:
+                        signalled = PyErr_CheckSignals()
+                    if signalled != 0:
+                        break
+                    last_check = clock()
                 self.transition(bitgen, n_steps, jitter, &records[it])
+                self.completed = it + 1
                 memcpy(&samples[it, 0], self.q, self.dim * sizeof(double))
                 if proposal_rows != NULL:
                     # an accepted proposal is the new state; a rejected one is left in q_new
@@ -537,6 +585,10 @@ cdef class Chain:
                     self.add_to_variance()
                 if ends != NULL:
                     ends[it] = (<Leapfrog> self.integrator).record_count
+        if signalled != 0:
+            return -1  # the signal handler's exception (KeyboardInterrupt) is set
+        if self.completed < n_iter:
+            raise StopRequested("stopped: another chain failed or the run was interrupted")
         return 0
 
     def energy_error_of_one_step(self, generator, double step_size):

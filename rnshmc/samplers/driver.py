@@ -258,9 +258,32 @@ class ChainSampler:
         Returns
         -------
         SampleResult
+            On Ctrl-C every chain stops after its current transition (within about a
+            second; a Python model's evaluation under way is abandoned) and the draws made so
+            far are returned: the chains that have sampling draws (serially run chains after
+            the interrupted one have none), cut to the shortest one's, with
+            ``interrupted=True`` and a warning. Interrupted before any chain's sampling phase
+            has a draw, the KeyboardInterrupt is raised. An exception from the model in one
+            chain stops the others the same way and is raised. (To continue an interrupted
+            run, drive it with :meth:`init_states` and :meth:`run_states`, whose exceptions
+            carry the chains' states in ``states``.)
         """
         states = self.init_states(draws, tune, chains, rng, init)
-        states = self.run_states(states, progress=progress, pool=pool)
+        try:
+            states = self.run_states(states, progress=progress, pool=pool)
+        except KeyboardInterrupt as interrupt:
+            drawn = [(s, s.iteration if s.phase == "sampling" else (draws if s.done else 0))
+                     for s in getattr(interrupt, "states", None) or []]
+            drawn = [(s, n) for s, n in drawn if n > 0]
+            if not drawn:
+                raise
+            kept = min(n for _, n in drawn)
+            warnings.warn(f"{self.name}: interrupted; returning the first {kept} of {draws} "
+                          f"draws of chains {[s.chain for s, _ in drawn]} (the chains with "
+                          "sampling draws)", RuntimeWarning, stacklevel=user_stacklevel())
+            result = self.result([_cut_to(s, kept) for s, _ in drawn])
+            result["interrupted"] = True
+            return result
         return self.result(states)
 
     def init_states(self, draws=1000, tune=1000, chains=1, rng=None, init=None):
@@ -287,7 +310,13 @@ class ChainSampler:
             for c in range(chains)]
 
     def run_states(self, states, progress=True, pool=None, stop_after=None):
-        """Continue every chain's state (on ``pool`` if given); returns the states."""
+        """Continue every chain's state (on ``pool`` if given); returns the states.
+
+        If a chain fails (an exception from the model) or the run is interrupted (Ctrl-C),
+        the other chains stop after their current transition, every state keeps the
+        transitions made, and the exception is raised with the states in its ``states``
+        attribute (the first failure's exception; a Ctrl-C's KeyboardInterrupt)."""
+        stop = np.zeros(1, dtype=np.int32)  # this run's stop flag, watched by its C loops
         if pool is not None and _is_process_pool(pool):
             run = _RunChain(self, False, stop_after)  # the target is rebuilt in each process
         else:
@@ -295,12 +324,27 @@ class ChainSampler:
             show = progress and pool is None
 
             def run(state):
-                return self.run_chain(state, ctarget, progress=show, stop_after=stop_after)
-        return map_chains(run, states, pool)
+                return self.run_chain(state, ctarget, progress=show, stop_after=stop_after,
+                                      stop_flag=stop)
+        try:
+            outcomes = map_chains(_Guarded(run, stop), states, pool, stop)
+        except KeyboardInterrupt as interrupt:  # while waiting for a pool's chains
+            if getattr(interrupt, "complete", False):
+                interrupt.states = [state for state, _ in interrupt.outcomes]
+            raise
+        states = [state for state, _ in outcomes]
+        errors = [error for _, error in outcomes if error is not None]
+        if errors:
+            from .._kernels._transition import StopRequested
+            error = next((e for e in errors if not isinstance(e, StopRequested)), errors[0])
+            error.states = states
+            raise error
+        return states
 
-    def run_chain(self, state, ctarget=None, progress=False, stop_after=None):
+    def run_chain(self, state, ctarget=None, progress=False, stop_after=None, stop_flag=None):
         """Continue one chain from ``state`` until its plan is done, or for ``stop_after``
-        more iterations; ``state`` is updated in place and returned."""
+        more iterations; ``state`` is updated in place and returned. ``stop_flag``: see
+        :meth:`Chain.set_stop_flag`."""
         if state.sampler != self.name:
             raise ValueError(f"this state belongs to a {state.sampler} chain, not {self.name}")
         if ctarget is None:
@@ -316,6 +360,8 @@ class ChainSampler:
                 name, n_iter = state.phases[state.phase_index]
                 start = time.perf_counter()
                 chain = self.make_chain(name, state, ctarget)
+                if chain is not None:
+                    chain.set_stop_flag(stop_flag)
                 if not state.phase_started:
                     self.begin_phase(name, chain, state, generator)
                     state.phase_started = True
@@ -333,6 +379,9 @@ class ChainSampler:
                     state.phase_started = False
                 state.rng = generator_to_json(generator)
                 state.timings[name] = state.timings.get(name, 0.0) + time.perf_counter() - start
+        except BaseException:
+            state.rng = generator_to_json(generator)
+            raise
         finally:
             bar.close()
         return state
@@ -412,14 +461,28 @@ class ChainSampler:
             for key in ("gradients", "proposals"):
                 rows[key] = outputs[key][first:stop] if key in outputs else None
             accumulate = schedule is not None and schedule.in_slow_window(first)
-            if ends is None:
-                chain.run(generator, n, n_steps, jitter, rows["samples"], rows["records"],
-                          rows["gradients"], adapt_step, accumulate, proposals=rows["proposals"])
-            else:
-                start = outputs["trajectory_ends"][first - 1] if first > 0 else 0
-                chain.run(generator, n, n_steps, jitter, rows["samples"], rows["records"],
-                          rows["gradients"], adapt_step, accumulate,
-                          outputs["trajectory"][start:], ends[:n], proposals=rows["proposals"])
+            start = (outputs["trajectory_ends"][first - 1] if first > 0 else 0) \
+                if ends is not None else 0
+            try:
+                if ends is None:
+                    chain.run(generator, n, n_steps, jitter, rows["samples"], rows["records"],
+                              rows["gradients"], adapt_step, accumulate,
+                              proposals=rows["proposals"])
+                else:
+                    chain.run(generator, n, n_steps, jitter, rows["samples"], rows["records"],
+                              rows["gradients"], adapt_step, accumulate,
+                              outputs["trajectory"][start:], ends[:n], proposals=rows["proposals"])
+            except BaseException:
+                # stopped between two transitions (Ctrl-C, another chain's failure) or failed
+                # in one: keep the transitions made, so that the state continues from there
+                done = chain.completed
+                if ends is not None:
+                    outputs["trajectory_ends"][first:first + done] = ends[:done] + start
+                state.iteration = first + done
+                self._keep_current(name, chain, state, generator)
+                bar.transitions_done(name, rows["records"][:done])
+                raise
+            if ends is not None:
                 outputs["trajectory_ends"][first:stop] = ends[:n] + start
             state.iteration = stop
             ran += n
@@ -534,19 +597,57 @@ def user_stacklevel():
     return level
 
 
+def _cut_to(state, draws):
+    """A copy of a chain's state whose sampling phase ends after ``draws`` iterations (what
+    was drawn of a run that was stopped), for a result."""
+    index = [name for name, _ in state.phases].index("sampling")
+    n = state.phases[index][1]
+    sampling = state.outputs.get("sampling", {})
+    state = ChainState.from_dict(dict(state.to_dict(),
+                                      outputs=dict(state.outputs, sampling={}))).copy()
+    state.phases[index] = ["sampling", draws]
+    state.outputs["sampling"] = {key: value[:draws].copy() if isinstance(value, np.ndarray)
+                                 and value.shape[:1] == (n,) else value
+                                 for key, value in sampling.items()}
+    state.phase_index, state.iteration = len(state.phases), 0
+    return state
+
+
 def _is_process_pool(pool):
     from concurrent.futures import ProcessPoolExecutor
     return isinstance(pool, ProcessPoolExecutor)
 
 
 class _RunChain:
-    """A picklable ``run_chain`` call for process pools (the target is rebuilt there)."""
+    """A picklable ``run_chain`` call for process pools (the target is rebuilt there; the stop
+    flag is the worker process's own)."""
 
     def __init__(self, sampler, progress, stop_after):
         self.sampler, self.progress, self.stop_after = sampler, progress, stop_after
 
     def __call__(self, state):
-        return self.sampler.run_chain(state, progress=self.progress, stop_after=self.stop_after)
+        return self.sampler.run_chain(state, progress=self.progress, stop_after=self.stop_after,
+                                      stop_flag=np.zeros(1, dtype=np.int32))
+
+
+class _Guarded:
+    """``run(state)`` as ``(state, None)``, or ``(state, exception)`` after setting the run's
+    stop flag (so the other chains stop); a chain not yet started when the flag is up is not
+    started. Picklable when ``run`` is."""
+
+    def __init__(self, run, stop):
+        self.run, self.stop = run, stop
+
+    def __call__(self, state):
+        from .._kernels._transition import StopRequested
+        if self.stop[0]:
+            return state, StopRequested("not started: another chain failed or the run was "
+                                        "interrupted")
+        try:
+            return self.run(state), None
+        except BaseException as error:  # noqa: B902 - Ctrl-C too: the state is kept
+            self.stop[0] = 1
+            return state, error
 
 
 def transition_stats(states, phase):

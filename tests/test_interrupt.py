@@ -1,0 +1,101 @@
+"""Stopping a run (issue 12): Ctrl-C stops every chain within about a second, serially and on
+a thread pool, and sample() returns the draws made; a failing model in one chain stops the
+others and its exception comes out with every chain's state."""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+import rnshmc
+
+CHILD = textwrap.dedent("""
+    import sys, time, warnings
+    import numpy as np
+    from concurrent.futures import ThreadPoolExecutor
+    import rnshmc
+    pool = ThreadPoolExecutor(2) if sys.argv[1] == "threads" else None
+    model = rnshmc.models.Gaussian(np.zeros(50), covariance=np.eye(50))
+    print("sampling", flush=True)
+    warnings.simplefilter("ignore")
+    result = rnshmc.HMC(model, step_size=0.05, n_steps=200).sample(
+        50000, tune=50, chains=2, rng=0, progress=False, pool=pool)
+    print("returned", time.perf_counter(), result.samples.shape[0], result.samples.shape[1],
+          result.get("interrupted", False), flush=True)
+""")
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGINT to a child process is POSIX")
+@pytest.mark.parametrize("mode", ["serial", "threads"])
+def test_sigint_returns_the_draws_within_two_seconds(mode, tmp_path):
+    script = tmp_path / "child.py"
+    script.write_text(CHILD)
+    child = subprocess.Popen([sys.executable, str(script), mode], stdout=subprocess.PIPE,
+                             text=True, cwd=tmp_path)
+    try:
+        assert child.stdout.readline().strip() == "sampling"
+        time.sleep(1.5)  # well into the sampling phase (50000 draws take over 15 s)
+        sent = time.perf_counter()
+        child.send_signal(signal.SIGINT)
+        line = child.stdout.readline().split()
+        child.wait(timeout=30)
+    finally:
+        child.kill()
+    assert line[0] == "returned", line
+    assert float(line[1]) - sent < 2.0
+    chains, draws, interrupted = int(line[2]), int(line[3]), line[4] == "True"
+    assert interrupted and 0 < draws < 50000
+    assert chains == (2 if mode == "threads" else 1)  # serially, chain 1 never started
+
+
+def test_a_failing_model_stops_the_other_chains_and_keeps_their_states():
+    calls = {"n": 0}
+    lock = threading.Lock()
+
+    def logp_and_grad(q):
+        with lock:
+            calls["n"] += 1
+            if calls["n"] == 3000:
+                raise ArithmeticError("the model failed")
+        return -0.5 * float(q @ q), -q
+
+    target = rnshmc.Target(None, logp_and_grad=logp_and_grad, dim=2)
+    sampler = rnshmc.HMC(target, step_size=0.3, n_steps=5, jitter=False)
+    states = sampler.init_states(draws=10**6, tune=0, chains=2, rng=1, init=np.zeros(2))
+    start = time.perf_counter()
+    with ThreadPoolExecutor(2) as pool, pytest.raises(ArithmeticError) as raised:
+        sampler.run_states(states, progress=False, pool=pool)
+    assert time.perf_counter() - start < 10  # not the 10^6 draws
+    kept = raised.value.states
+    assert [s.chain for s in kept] == [0, 1]
+    assert all(0 < s.iteration < 10**6 for s in kept)
+    # whatever the chains drew is there, and they continue from where they stopped
+    for state in kept:
+        assert np.all(np.isfinite(state.outputs["sampling"]["samples"][:state.iteration]))
+    calls["n"] = 10**9  # the model works again
+    more = sampler.run_states(kept, progress=False, stop_after=10)
+    assert all(s.iteration == k.iteration for s, k in zip(more, kept))
+
+
+def test_states_stopped_between_transitions_continue_bit_identically():
+    """A stop flag raised from another thread stops a C chain between two transitions; the
+    kept state then continues to the draws of a run that was never stopped."""
+    model = rnshmc.models.Gaussian(np.zeros(3), covariance=np.eye(3))
+    sampler = rnshmc.HMC(model, n_steps=10)
+    kwargs = dict(draws=300000, tune=300, chains=1, rng=5)
+    full = sampler.sample(progress=False, **kwargs)
+    states = sampler.init_states(**kwargs)
+    timer = threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer.start()
+    with pytest.raises(KeyboardInterrupt) as raised:
+        sampler.run_states(states, progress=False)
+    timer.cancel()
+    assert 0 < raised.value.states[0].iteration < 300000
+    resumed = sampler.result(sampler.run_states(raised.value.states, progress=False))
+    np.testing.assert_array_equal(resumed.samples, full.samples)
