@@ -8,8 +8,8 @@
      its best (Stan warm-up of the step size and a diagonal mass matrix, the best L of
      ``--hmc-lengths``). Every sampler: ``--chains`` chains x ``--draws`` draws after a
      burn-in/warm-up of ``--tune`` from the same N(0, I) starting points. Also L2HMC in
-     coordinates standardised by the variances of an HMC warm-up (its gradients counted with
-     the training's). Min ESS (pooled
+     coordinates standardised by the variances of an HMC warm-up, from its step size (its
+     gradients counted with the training's). Min ESS (pooled
      chains) per gradient of the sampling phase, and per gradient with training (its
      gradients and Hessian-vector products, one gradient each: analytic for these targets)
      or warm-up included, for this run's draws.
@@ -69,8 +69,8 @@ def sampling_row(result, extra_gradients=0):
     return float(np.mean(result.acceptance_rate)), ess, ess / sampling, ess / total
 
 
-def train_l2hmc(model, args, standardize=None, **train):
-    l2 = rnshmc.L2HMC(model, n_steps=10, hidden=10, step_size=0.1, rng=args.seed,
+def train_l2hmc(model, args, standardize=None, step_size=0.1, **train):
+    l2 = rnshmc.L2HMC(model, n_steps=10, hidden=10, step_size=step_size, rng=args.seed,
                       standardize=standardize)
     l2.train(args.train_iterations, chains=args.train_chains, rng=args.seed + 1,
              progress=False, **train)
@@ -105,7 +105,9 @@ def toy_section(args):
         warm = rnshmc.HMC(model, n_steps=10).sample(1, tune=args.tune, rng=args.seed,
                                                     init=init[0], progress=False)
         scale = np.sqrt(warm.inverse_mass_matrix[0])
-        l2s = train_l2hmc(model, args, standardize=(np.zeros(model.dim), scale))
+        # starting from the warm-up's step size, which is in those coordinates
+        l2s = train_l2hmc(model, args, standardize=(np.zeros(model.dim), scale),
+                          step_size=float(warm.step_size[0]))
         seconds = time.perf_counter() - start
         extra = (l2s.training_evals["gradient"] + l2s.training_evals["hessian_vector"]
                  + int(np.sum(warm.n_gradient_evals)))
