@@ -8,7 +8,7 @@ except ImportError as error:  # pragma: no cover - depends on how the package is
         "another directory (or use the `rnshmc` command), or build in place with "
         "`python setup.py build_ext --inplace`.") from error
 from . import datasets, diagnostics, fem, models
-from .checkpoint import ChainState
+from .checkpoint import ChainState, resume
 from .results import SampleResult, load
 from .samplers import ARNSHMC, HMC, L2HMC, RMHMC, RNSHMC, RNSRMHMC
 from .surrogate import RandomNetworkSurrogate
@@ -16,6 +16,6 @@ from .targets import Target
 
 __version__ = "0.1.0"
 
-__all__ = ["HMC", "RNSHMC", "ARNSHMC", "RMHMC", "RNSRMHMC", "L2HMC", "RandomNetworkSurrogate", "Target", "SampleResult", "load", "ChainState",
+__all__ = ["HMC", "RNSHMC", "ARNSHMC", "RMHMC", "RNSRMHMC", "L2HMC", "RandomNetworkSurrogate", "Target", "SampleResult", "load", "ChainState", "resume",
            "models", "datasets", "diagnostics", "fem",
            "__version__"]

@@ -164,3 +164,146 @@ def _copy_tree(value):
     if isinstance(value, (list, tuple)):
         return type(value)(_copy_tree(v) for v in value)
     return value
+
+
+# ---------------------------------------------------------------------------------------------
+# checkpoints of whole runs
+
+_CHECKPOINT_FORMAT = "rnshmc.Checkpoint"
+
+
+def write_checkpoint(path, sampler, states, run):
+    """Write every chain's state, the sampler's configuration and the run's arguments to
+    ``path`` atomically (a temporary file beside it, flushed to disk, then renamed over it):
+    a reader sees the previous checkpoint or this one, never a part. ``.npz`` without
+    pickle."""
+    import os
+    tree = SampleResult(format=_CHECKPOINT_FORMAT, sampler=type(sampler).__name__,
+                        arguments=sampler.checkpoint_arguments(), run=dict(run),
+                        states=[_state_tree(state) for state in states],
+                        target_check=_target_check(sampler.target, states[0]))
+    path = os.fspath(path)
+    temporary = f"{path}.partial.npz"  # the .npz suffix keeps numpy from adding one
+    try:
+        with open(temporary, "wb") as f:
+            tree.save(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temporary, path)
+    finally:  # interrupted while writing: the previous checkpoint stands
+        if os.path.exists(temporary):
+            os.remove(temporary)
+
+
+def _state_tree(state):
+    """A state for a checkpoint: the phase under way's outputs cut to the rows drawn (their
+    full lengths kept in ``rows``: restored by :func:`_state_from_tree`)."""
+    tree = state.to_dict()
+    tree["phases"] = [list(p) for p in state.phases]
+    tree["rows"] = {}
+    if not state.done:
+        name, n_iter = state.phases[state.phase_index]
+        outputs = dict(state.outputs.get(name, {}))
+        for key, value in outputs.items():
+            if not isinstance(value, np.ndarray) or value.ndim == 0:
+                continue
+            if key == "trajectory":  # n_iter x n_steps rows, filled up to the last end
+                used = int(outputs["trajectory_ends"][state.iteration - 1]) if state.iteration else 0
+            elif value.shape[0] == n_iter:
+                used = state.iteration
+            else:
+                continue
+            tree["rows"][key] = value.shape[0]
+            outputs[key] = value[:used]
+        tree["outputs"] = dict(state.outputs, **{name: outputs})
+    return tree
+
+
+def _state_from_tree(tree):
+    tree = dict(tree)
+    rows = tree.pop("rows", {}) or {}
+    tree["phases"] = [[str(name), int(n)] for name, n in tree["phases"]]
+    state = ChainState(**tree)
+    if rows:
+        name = state.phases[state.phase_index][0]
+        outputs = state.outputs[name]
+        for key, n in rows.items():
+            value = outputs[key]
+            full = np.zeros((int(n),) + value.shape[1:], dtype=value.dtype)
+            full[:value.shape[0]] = value
+            outputs[key] = full
+    return state
+
+
+def _target_check(target, state):
+    """(point, log density there) that a resumed run's target must reproduce."""
+    from .targets import as_ctarget
+    point = np.array(state.init, dtype=np.float64)
+    return [point, -float(as_ctarget(target, state.dim).eval_potential(point))]
+
+
+def resume(path, target=None, progress=True, pool=None):
+    """Continue the run saved in the checkpoint ``path`` to its end.
+
+    The draws equal those of the uninterrupted ``sample()`` call bit for bit (for a run
+    stopped between transitions: a checkpoint written every ``checkpoint_every``
+    iterations, at a Ctrl-C of a C-level model, or at a failure in another chain), and the
+    result holds all of them. The run goes on writing checkpoints to ``path``.
+
+    Parameters
+    ----------
+    path : str or path-like
+    target : the model
+        The run's target. A checkpoint does not hold the model (a Python function cannot be
+        saved without pickle); a built-in :class:`rnshmc.models.Gaussian` is rebuilt when
+        not given.
+    progress, pool
+        As for ``sample()``.
+
+    Returns
+    -------
+    SampleResult
+
+    Raises
+    ------
+    ValueError
+        If the file is not a readable checkpoint, or ``target`` is not the run's model (its
+        dimension, or its log density at the run's first starting point, differs). Nothing
+        is written then.
+    """
+    from . import samplers
+    from .results import load as load_tree
+    try:
+        tree = dict(load_tree(path))
+    except Exception as error:  # noqa: BLE001 - any unreadable file is reported the same way
+        raise ValueError(f"{path}: not a readable rnshmc checkpoint ({error})") from None
+    if tree.get("format") != _CHECKPOINT_FORMAT:
+        raise ValueError(f"{path}: not an rnshmc checkpoint")
+    try:
+        cls = getattr(samplers, tree["sampler"])
+        states = [_state_from_tree(s) for s in tree["states"]]
+        arguments, run = dict(tree["arguments"]), dict(tree["run"])
+        point, log_density = tree["target_check"]
+    except (KeyError, TypeError, AttributeError, ValueError) as error:
+        raise ValueError(f"{path}: malformed rnshmc checkpoint ({error!r})") from None
+    if target is None:
+        target = _rebuilt_target(arguments.pop("target_spec", None), path)
+    arguments.pop("target_spec", None)
+    from .targets import target_dim
+    if hasattr(target, "dim") and target_dim(target) != states[0].dim:
+        raise ValueError(f"{path}: the run's model has dimension {states[0].dim}, the target "
+                         f"given {target_dim(target)}")
+    sampler = cls.from_checkpoint_arguments(target, arguments)
+    check = _target_check(target, states[0])[1]
+    if not np.isclose(check, float(log_density), rtol=1e-10, atol=1e-12):
+        raise ValueError(f"{path}: the target is not the run's model (log density "
+                         f"{check!r} at the run's starting point, the run's {float(log_density)!r})")
+    return sampler.continue_run(states, run, progress=progress, pool=pool, checkpoint=path)
+
+
+def _rebuilt_target(spec, path):
+    from . import models
+    if spec is None:
+        raise ValueError(f"{path}: give the run's target to resume (a checkpoint holds the "
+                         "model only for built-in Gaussians)")
+    return models.Gaussian(spec["mean"], precision=spec["precision"])

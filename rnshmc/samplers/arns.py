@@ -75,8 +75,12 @@ class ARNSHMC(RNSHMC):
         self.freeze_after = None if freeze_after is None else check_integer(
             freeze_after, "freeze_after", minimum=0)
 
+    def checkpoint_arguments(self):
+        raise ValueError("ARNS-HMC runs cannot be checkpointed yet: the online estimator of a "
+                         "chain's state does not save to .npz")
+
     def sample(self, draws=1000, tune=200, chains=1, rng=None, init=None, progress=True,
-               pool=None):
+               pool=None, checkpoint=None, checkpoint_every=1000):
         """Explore with exact HMC, fit the surrogate, then draw samples while it learns.
 
         Parameters
@@ -94,7 +98,8 @@ class ARNSHMC(RNSHMC):
             the estimator) per chain.
         """
         return super().sample(draws=draws, tune=tune, chains=chains, rng=rng, init=init,
-                              progress=progress, pool=pool)
+                              progress=progress, pool=pool,
+                              checkpoint=checkpoint, checkpoint_every=checkpoint_every)
 
     # ------------------------------------------------------------------------------------------
 

@@ -13,6 +13,8 @@ two ``sample()`` calls on one sampler may run at once; and a chain continued fro
 gives the draws of the uninterrupted run, bit for bit, because every chunk boundary is a point
 where the whole state is in the ChainState.
 """
+import functools
+import inspect
 import os
 import sys
 import time
@@ -133,6 +135,11 @@ class ChainSampler:
 
     name = "sampler"
 
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "__init__" in cls.__dict__:
+            cls.__init__ = _recording_arguments(cls.__dict__["__init__"])
+
     def __init__(self, target, step_size=None, n_steps=10, jitter=True, mass_matrix=None,
                  inverse_mass_matrix=None, adapt_mass_matrix=None, target_accept=0.8,
                  max_energy_error=1000.0):
@@ -156,6 +163,35 @@ class ChainSampler:
         self.adapt_mass_matrix = bool(adapt_mass_matrix)
         self.target_accept = check_real(target_accept, "target_accept", lower=0.0, upper=1.0)
         self.max_energy_error = check_real(max_energy_error, "max_energy_error", lower=0.0)
+
+    # ------------------------------------------------------------------------------------------
+    # checkpoints
+
+    def checkpoint_arguments(self):
+        """The arguments this sampler was made with, without the target, as a checkpoint
+        saves them (plus ``target_spec`` for a built-in Gaussian target).
+
+        Raises
+        ------
+        ValueError
+            If an argument cannot be saved without pickle (a Python function, an object).
+        """
+        from ..models import Gaussian
+        arguments = {k: v for k, v in self._arguments.items() if k != "target"}
+        for key, value in arguments.items():
+            if not _savable(value):
+                raise ValueError(f"{self.name} cannot checkpoint its argument {key}={value!r} "
+                                 "(only numbers, strings, arrays and lists or dicts of them "
+                                 "are saved without pickle)")
+        if isinstance(self.target, Gaussian):
+            arguments["target_spec"] = dict(mean=self.target.mean,
+                                            precision=self.target.precision)
+        return arguments
+
+    @classmethod
+    def from_checkpoint_arguments(cls, target, arguments):
+        """The sampler of a checkpoint (inverse of :meth:`checkpoint_arguments`)."""
+        return cls(target, **arguments)
 
     # ------------------------------------------------------------------------------------------
     # what a sampler declares (overridden by the samplers)
@@ -232,7 +268,7 @@ class ChainSampler:
     # sampling
 
     def sample(self, draws=1000, tune=1000, chains=1, rng=None, init=None, progress=True,
-               pool=None):
+               pool=None, checkpoint=None, checkpoint_every=1000):
         """Draw samples.
 
         Parameters
@@ -254,6 +290,15 @@ class ChainSampler:
             Run chains on this executor. A thread pool runs C-level targets in parallel (the C
             loop releases the GIL and targets keep no scratch of their own); a process pool
             needs a picklable target.
+        checkpoint : None or path
+            Save the run here (``.npz``, written atomically) every ``checkpoint_every``
+            iterations of every chain, at a Ctrl-C and at a failure: every chain's state,
+            the draws so far, the sampler's arguments and, for surrogate samplers, the
+            fitted surrogates. :func:`rnshmc.resume` continues it to the draws of the
+            uninterrupted run. An existing file is not overwritten (resume it, or remove it).
+        checkpoint_every : int
+            Iterations per chain between checkpoints (default 1000; the chains wait for each
+            other there).
 
         Returns
         -------
@@ -268,9 +313,35 @@ class ChainSampler:
             run, drive it with :meth:`init_states` and :meth:`run_states`, whose exceptions
             carry the chains' states in ``states``.)
         """
+        if checkpoint is not None:
+            checkpoint = os.fspath(checkpoint)
+            checkpoint_every = check_integer(checkpoint_every, "checkpoint_every", minimum=1)
+            if os.path.exists(checkpoint):
+                raise FileExistsError(f"{checkpoint} exists: continue it with "
+                                      "rnshmc.resume(), or remove it")
+            self.checkpoint_arguments()  # fails now, not at the first checkpoint
         states = self.init_states(draws, tune, chains, rng, init)
+        run = dict(draws=draws, checkpoint_every=checkpoint_every)
+        return self.continue_run(states, run, progress=progress, pool=pool,
+                                 checkpoint=checkpoint)
+
+    def continue_run(self, states, run, progress=True, pool=None, checkpoint=None):
+        """Run ``states`` to the end (writing checkpoints if ``checkpoint``) and return the
+        result; on Ctrl-C what was drawn (see :meth:`sample`)."""
+        from ..checkpoint import write_checkpoint
+        draws = run["draws"]
         try:
-            states = self.run_states(states, progress=progress, pool=pool)
+            if checkpoint is None:
+                states = self.run_states(states, progress=progress, pool=pool)
+            while checkpoint is not None and not all(s.done for s in states):
+                try:
+                    states = self.run_states(states, progress=progress, pool=pool,
+                                             stop_after=run["checkpoint_every"])
+                except BaseException as error:
+                    if getattr(error, "states", None) is not None:
+                        write_checkpoint(checkpoint, self, error.states, run)
+                    raise
+                write_checkpoint(checkpoint, self, states, run)
         except KeyboardInterrupt as interrupt:
             drawn = [(s, s.iteration if s.phase == "sampling" else (draws if s.done else 0))
                      for s in getattr(interrupt, "states", None) or []]
@@ -595,6 +666,42 @@ def user_stacklevel():
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
         frame, level = frame.f_back, level + 1
     return level
+
+
+def _recording_arguments(init):
+    """``init`` that first records the arguments a sampler was made with (the outermost
+    __init__'s, as given) in ``_arguments``, for checkpoints: resume() makes the same sampler
+    again."""
+    signature = inspect.signature(init)
+
+    @functools.wraps(init)
+    def recording_init(self, *args, **kwargs):
+        if "_arguments" not in self.__dict__:
+            bound = signature.bind(self, *args, **kwargs)
+            arguments = {}
+            for key, value in list(bound.arguments.items())[1:]:
+                if signature.parameters[key].kind is inspect.Parameter.VAR_KEYWORD:
+                    arguments.update(value)
+                else:
+                    arguments[key] = value
+            self._arguments = arguments
+        init(self, *args, **kwargs)
+    return recording_init
+
+
+ChainSampler.__init__ = _recording_arguments(ChainSampler.__init__)
+
+
+def _savable(value):
+    if value is None or isinstance(value, (bool, int, float, str, np.generic)):
+        return True
+    if isinstance(value, np.ndarray):
+        return value.dtype != object
+    if isinstance(value, (list, tuple)):
+        return all(_savable(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _savable(v) for k, v in value.items())
+    return False
 
 
 def _cut_to(state, draws):

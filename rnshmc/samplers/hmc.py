@@ -45,7 +45,7 @@ target_accept, max_energy_error
             self.start_adaptation(chain, state, generator)
 
     def sample(self, draws=1000, tune=1000, chains=1, rng=None, init=None, progress=True,
-               pool=None):
+               pool=None, checkpoint=None, checkpoint_every=1000):
         """Draw samples (see :meth:`ChainSampler.sample` for the arguments).
 
         Returns
@@ -59,4 +59,5 @@ target_accept, max_energy_error
             over chains: ``"tune"``, ``"sampling"``).
         """
         return super().sample(draws=draws, tune=tune, chains=chains, rng=rng, init=init,
-                              progress=progress, pool=pool)
+                              progress=progress, pool=pool,
+                              checkpoint=checkpoint, checkpoint_every=checkpoint_every)

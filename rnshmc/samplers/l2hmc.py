@@ -361,6 +361,29 @@ class L2HMC(ChainSampler):
     def adapts_step_size(self, state):
         return False
 
+    def checkpoint_arguments(self):
+        if self.surrogate is not None:
+            raise ValueError("L2HMC on a surrogate cannot be checkpointed yet (save the "
+                             "surrogate and the weights, and drive the chains with "
+                             "init_states/run_states)")
+        saved = dict(self._arguments)
+        self._arguments = {k: v for k, v in saved.items() if k not in ("rng", "standardize")}
+        try:
+            arguments = super().checkpoint_arguments()
+        finally:
+            self._arguments = saved
+        arguments["weights"] = dict(parameters=self.parameters, masks=self.masks,
+                                    shift=self.shift, scale=self.scale)
+        return arguments
+
+    @classmethod
+    def from_checkpoint_arguments(cls, target, arguments):
+        weights = dict(arguments.pop("weights"))
+        sampler = cls(target, standardize=(weights["shift"], weights["scale"]), **arguments)
+        sampler.parameters[:] = weights["parameters"]
+        sampler.masks = np.ascontiguousarray(weights["masks"], dtype=np.float64)
+        return sampler
+
     def make_chain(self, name, state, ctarget):
         # the chain runs in z = (x - shift) / scale: its states, kept outputs and ChainState
         # too; result() maps the samples back
@@ -409,7 +432,7 @@ class L2HMC(ChainSampler):
         return super().run_chain(state, ctarget, progress, stop_after, stop_flag)
 
     def sample(self, draws=1000, tune=1000, chains=1, rng=None, init=None, progress=True,
-               pool=None):
+               pool=None, checkpoint=None, checkpoint_every=1000):
         """Draw samples with the current weights (see :meth:`ChainSampler.sample` for the
         arguments; ``tune`` iterations of burn-in are discarded, nothing is adapted).
 
@@ -420,7 +443,8 @@ class L2HMC(ChainSampler):
             trajectory length, and ``n_gradient_evals`` counts one gradient per learned step.
         """
         return super().sample(draws=draws, tune=tune, chains=chains, rng=rng, init=init,
-                              progress=progress, pool=pool)
+                              progress=progress, pool=pool,
+                              checkpoint=checkpoint, checkpoint_every=checkpoint_every)
 
     # ------------------------------------------------------------------------------------------
     # saving the weights

@@ -194,7 +194,7 @@ class RMHMC(HMC):
                      delayed_acceptance=delayed_acceptance)
 
     def sample(self, draws=1000, tune=1000, chains=1, rng=None, init=None, progress=True,
-               pool=None):
+               pool=None, checkpoint=None, checkpoint_every=1000):
         """Draw samples (arguments as for :meth:`rnshmc.HMC.sample`; a process pool needs a
         picklable target and metric callables).
 
@@ -212,7 +212,8 @@ class RMHMC(HMC):
             its factorisation, and its derivatives second-order sensitivities.
         """
         return super().sample(draws=draws, tune=tune, chains=chains, rng=rng, init=init,
-                              progress=progress, pool=pool)
+                              progress=progress, pool=pool,
+                              checkpoint=checkpoint, checkpoint_every=checkpoint_every)
 
     def result(self, states):
         return riemannian_stats(super().result(states), states, exact_metric=True)
@@ -291,7 +292,7 @@ n_train, target_accept, max_energy_error, mass_matrix, inverse_mass_matrix, adap
         self.n_adapt = check_integer(n_adapt, "n_adapt", minimum=1)
 
     def sample(self, draws=1000, tune=1000, chains=1, rng=None, init=None, progress=True,
-               pool=None):
+               pool=None, checkpoint=None, checkpoint_every=1000):
         """Explore with exact HMC, fit the surrogate, then draw samples with the generalized
         leapfrog on it.
 
@@ -311,7 +312,8 @@ n_train, target_accept, max_energy_error, mass_matrix, inverse_mass_matrix, adap
             :meth:`rnshmc.RMHMC.sample`.
         """
         return super().sample(draws=draws, tune=tune, chains=chains, rng=rng, init=init,
-                              progress=progress, pool=pool)
+                              progress=progress, pool=pool,
+                              checkpoint=checkpoint, checkpoint_every=checkpoint_every)
 
     def init_states(self, draws=1000, tune=1000, chains=1, rng=None, init=None):
         states = super().init_states(draws, tune, chains, rng, init)

@@ -193,7 +193,7 @@ target_accept, max_energy_error
                                        lower_inclusive=True)
 
     def sample(self, draws=1000, tune=200, chains=1, rng=None, init=None, progress=True,
-               pool=None):
+               pool=None, checkpoint=None, checkpoint_every=1000):
         """Explore with exact HMC, fit the surrogate, then draw samples.
 
         Parameters
@@ -228,7 +228,8 @@ target_accept, max_energy_error
             (``n_surrogate_gradient_evals`` the surrogate's).
         """
         return super().sample(draws=draws, tune=tune, chains=chains, rng=rng, init=init,
-                              progress=progress, pool=pool)
+                              progress=progress, pool=pool,
+                              checkpoint=checkpoint, checkpoint_every=checkpoint_every)
 
     @staticmethod
     def fitted_surrogates(result):

@@ -1,0 +1,171 @@
+"""Checkpoints (issue 12): a run killed with SIGKILL (in sampling, and in RNS-HMC's
+exploration) resumes from its checkpoint to the draws of the uninterrupted run; a Ctrl-C
+writes one too; corrupted and mismatched checkpoints give a clear error and overwrite
+nothing."""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import warnings
+
+import numpy as np
+import pytest
+
+import rnshmc
+
+CHILD = textwrap.dedent("""
+    import sys
+    import numpy as np
+    import rnshmc
+    model = rnshmc.models.Gaussian(np.zeros(50), covariance=np.eye(50))
+    sampler = {sampler}
+    sampler.sample(**{kwargs}, progress=False, checkpoint=sys.argv[1], checkpoint_every=500)
+""")
+
+RUNS = {
+    "sampling": ("rnshmc.HMC(model, step_size=0.05, n_steps=50)",
+                 dict(draws=40000, tune=100, chains=2, rng=4)),
+    # training on the states: the trajectories of this exploration would be 240 MB a chain
+    "exploration": ("rnshmc.RNSHMC(model, n_hidden=60, step_size=0.05, n_steps=50, "
+                    "jitter=False, training_data='states')",
+                    dict(draws=200, tune=6000, chains=2, rng=5)),
+}
+
+
+def wait_for(predicate, timeout):
+    start = time.time()
+    while not predicate():
+        if time.time() - start > timeout:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL is POSIX")
+@pytest.mark.parametrize("phase", ["sampling", "exploration"])
+def test_a_killed_run_resumes_to_the_uninterrupted_draws(phase, tmp_path):
+    code, kwargs = RUNS[phase]
+    script = tmp_path / "child.py"
+    script.write_text(CHILD.format(sampler=code, kwargs=kwargs))
+    path = tmp_path / "run.npz"
+    child = subprocess.Popen([sys.executable, str(script), str(path)], cwd=tmp_path)
+    try:
+        assert wait_for(path.exists, 60), "no checkpoint written"
+        time.sleep(0.5)
+        assert child.poll() is None, "the run ended before it could be killed"
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=30)
+    finally:
+        child.kill()
+    saved = dict(rnshmc.load(path))
+    reached = [s["iteration"] for s in saved["states"]]
+    where = [s["phases"][s["phase_index"]][0] for s in saved["states"]]
+    assert any(w == ("sampling" if phase == "sampling" else "exploration") for w in where)
+    assert min(reached) > 0
+    model = rnshmc.models.Gaussian(np.zeros(50), covariance=np.eye(50))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        resumed = rnshmc.resume(path, progress=False)
+        full = eval(code, {"rnshmc": rnshmc, "model": model}).sample(**kwargs, progress=False)
+    np.testing.assert_array_equal(resumed.samples, full.samples)
+    np.testing.assert_array_equal(resumed.accepted, full.accepted)
+    np.testing.assert_array_equal(resumed.n_gradient_evals, full.n_gradient_evals)
+
+
+def test_ctrl_c_writes_a_checkpoint_that_resumes_exactly(tmp_path):
+    model = rnshmc.models.Gaussian(np.zeros(50), covariance=np.eye(50))
+    kwargs = dict(draws=40000, tune=100, chains=1, rng=6)  # about 2 s
+    path = tmp_path / "run.npz"
+    timer = threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer.start()
+    with pytest.warns(RuntimeWarning, match="interrupted"):
+        partial = rnshmc.HMC(model, step_size=0.05, n_steps=50).sample(
+            **kwargs, progress=False, checkpoint=path, checkpoint_every=10**6)
+    timer.cancel()
+    assert partial.interrupted and partial.samples.shape[1] < 40000
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        resumed = rnshmc.resume(path, progress=False)
+        full = rnshmc.HMC(model, step_size=0.05, n_steps=50).sample(**kwargs, progress=False)
+    np.testing.assert_array_equal(resumed.samples, full.samples)
+    np.testing.assert_array_equal(partial.samples, full.samples[:, :partial.samples.shape[1]])
+
+
+@pytest.mark.parametrize("stop", [1, 130, 200, 201, 260])
+def test_checkpoints_in_any_phase_resume_exactly(stop, tmp_path):
+    """RNS-HMC with its default training data (every leapfrog step of the exploration,
+    which a checkpoint cuts to the rows drawn and restores), stopped in the exploration, at
+    its end, and in sampling."""
+    from rnshmc.checkpoint import write_checkpoint
+    model = rnshmc.models.Gaussian(np.arange(3.0), covariance=np.eye(3))
+    sampler = rnshmc.RNSHMC(model, n_hidden=40)
+    kwargs = dict(draws=100, tune=200, chains=2, rng=8)
+    full = sampler.sample(**kwargs, progress=False)
+    states = sampler.run_states(sampler.init_states(**kwargs), progress=False, stop_after=stop)
+    path = tmp_path / "run.npz"
+    write_checkpoint(path, sampler, states, dict(draws=100, checkpoint_every=1000))
+    resumed = rnshmc.resume(path, progress=False)
+    np.testing.assert_array_equal(resumed.samples, full.samples)
+    np.testing.assert_array_equal(resumed.n_gradient_evals, full.n_gradient_evals)
+
+
+@pytest.fixture
+def saved_run(tmp_path):
+    model = rnshmc.models.Gaussian(np.zeros(3), covariance=np.eye(3))
+    path = tmp_path / "run.npz"
+    rnshmc.HMC(model, n_steps=3).sample(50, tune=50, rng=0, progress=False, checkpoint=path,
+                                        checkpoint_every=20)
+    return model, path
+
+
+def test_corrupted_and_mismatched_checkpoints_are_refused(saved_run, tmp_path):
+    model, path = saved_run
+    before = path.read_bytes()
+    with pytest.raises(ValueError, match="dimension"):
+        rnshmc.resume(path, target=rnshmc.models.Gaussian(np.zeros(4), covariance=np.eye(4)))
+    with pytest.raises(ValueError, match="not the run's model"):
+        rnshmc.resume(path, target=rnshmc.models.Gaussian(np.ones(3), covariance=np.eye(3)))
+    assert path.read_bytes() == before  # nothing overwritten
+    broken = tmp_path / "broken.npz"
+    broken.write_bytes(before[: len(before) // 2])
+    with pytest.raises(ValueError, match="checkpoint"):
+        rnshmc.resume(broken)
+    assert broken.read_bytes() == before[: len(before) // 2]
+    result = tmp_path / "result.npz"
+    rnshmc.HMC(model, n_steps=3).sample(20, tune=20, rng=0, progress=False).save(result)
+    with pytest.raises(ValueError, match="not an rnshmc checkpoint"):
+        rnshmc.resume(result)
+
+
+def test_an_existing_checkpoint_is_not_overwritten(saved_run):
+    model, path = saved_run
+    before = path.read_bytes()
+    with pytest.raises(FileExistsError, match="resume"):
+        rnshmc.HMC(model).sample(10, tune=10, progress=False, checkpoint=path)
+    assert path.read_bytes() == before
+
+
+def test_samplers_that_cannot_checkpoint_say_so_before_sampling(tmp_path):
+    target = rnshmc.Target(lambda q: -0.5 * q @ q, lambda q: -q, dim=2)
+    with pytest.raises(ValueError, match="ARNS-HMC runs cannot be checkpointed"):
+        rnshmc.ARNSHMC(target).sample(10, tune=50, progress=False, checkpoint=tmp_path / "a")
+    metric = lambda q: np.eye(2)
+    with pytest.raises(ValueError, match="cannot checkpoint its argument metric"):
+        rnshmc.RMHMC(target, metric=metric, metric_derivatives=lambda q: np.zeros((2, 2, 2)),
+                     step_size=0.1).sample(10, tune=10, progress=False,
+                                           checkpoint=tmp_path / "b")
+    assert not os.listdir(tmp_path)
+
+
+def test_resume_needs_the_target_of_a_user_model(tmp_path):
+    target = rnshmc.Target(lambda q: -0.5 * q @ q, lambda q: -q, dim=2)
+    path = tmp_path / "run.npz"
+    rnshmc.HMC(target, n_steps=3).sample(30, tune=30, rng=1, progress=False, checkpoint=path,
+                                         checkpoint_every=10)
+    with pytest.raises(ValueError, match="give the run's target"):
+        rnshmc.resume(path)
+    again = rnshmc.resume(path, target=target, progress=False)
+    assert again.samples.shape == (1, 30, 2)
