@@ -245,6 +245,23 @@ def test_transformed_target_is_the_tempered_potential_in_standardised_coordinate
         TransformedTarget(as_ctarget(model), shift, -scale)
 
 
+def test_the_wall_confines_and_its_derivatives_match_differences():
+    from rnshmc._kernels._l2hmc import TransformedTarget
+    model = gaussian(3)
+    walled = TransformedTarget(as_ctarget(model), np.zeros(3), np.ones(3), wall=1.5)
+    walled.inverse_temperature = 0.5
+    z = np.array([2.5, -0.3, -3.0])  # outside in coordinates 0 and 2
+    inside = 0.5 * model.potential(z)
+    assert walled.eval_potential(z) == pytest.approx(inside + 0.5 * 0.5 * (1.0 ** 2 + 1.5 ** 2))
+    h, u = 1e-6, np.array([0.3, 1.0, -0.7])
+    for point in (z, np.array([0.2, 0.1, -0.4])):
+        grad = np.array([(walled.eval_potential(point + h * e) - walled.eval_potential(point - h * e))
+                         / (2 * h) for e in np.eye(3)])
+        np.testing.assert_allclose(walled.eval_gradient(point), grad, rtol=1e-7, atol=1e-8)
+        hv = (walled.eval_gradient(point + h * u) - walled.eval_gradient(point - h * u)) / (2 * h)
+        np.testing.assert_allclose(walled.eval_hessian_vector(point, u), hv, rtol=1e-6, atol=1e-8)
+
+
 # ---------------------------------------------------------------------------------------------
 # the sampler
 

@@ -20,7 +20,7 @@ Q = exp(lQ) * tanh(WQ z2 + bQ), T = WT z2 + bT. All weights live in one flat vec
 first, then the V-network's, then the X-network's; ``parameter_layout``), which the integrator
 reads in place: a trainer updating it changes the next trajectory.
 """
-from libc.math cimport exp, tanh, cos, sin, sqrt, pow, isfinite, INFINITY, NAN, M_PI
+from libc.math cimport exp, tanh, cos, sin, sqrt, pow, fabs, isfinite, INFINITY, NAN, M_PI
 from libc.string cimport memcpy
 
 import numpy as np
@@ -423,21 +423,30 @@ cdef class TransformedTarget(CTarget):
     inverse temperature beta towards 1 on multimodal targets. ``inverse_temperature`` is a
     setting of the one trainer or chain that owns this object, not shared scratch.
 
+    With a ``wall`` w, the potential adds sum_i (|z_i| - w)_+^2 / 2: a confinement for a
+    surrogate, which is fitted only where the exploration went and may fall without bound
+    beyond it (softplus units are linear there); L2HMC trained on it learned to fly off
+    there, where the surrogate promised acceptance 1, and every chain then stopped (on the
+    authors' PDE). The wall changes the proposal map only, never the test.
+
     Parameters
     ----------
     base : CTarget
     shift, scale : None or ndarrays of shape (dim,)
         None: 0 and 1 (z = x).
+    wall : None or float
+        Half-width of the confinement in z (None: none).
     """
 
     cdef CTarget base
     cdef const double[::1] shift
     cdef const double[::1] scale
     cdef bint identity
+    cdef double wall
     cdef object _arrays
     cdef public double inverse_temperature
 
-    def __init__(self, CTarget base, shift=None, scale=None):
+    def __init__(self, CTarget base, shift=None, scale=None, wall=None):
         # scratch: the base's, then x = shift + scale z and scale * u
         super().__init__(base.dim, base.scratch_size + 2 * base.dim)
         self.base = base
@@ -451,6 +460,23 @@ cdef class TransformedTarget(CTarget):
         self._arrays = (shift, scale)
         self.shift, self.scale = shift, scale
         self.inverse_temperature = 1.0
+        if wall is not None and not (np.isfinite(wall) and wall > 0):
+            raise ValueError(f"wall must be a positive number, got {wall!r}")
+        self.wall = -1.0 if wall is None else float(wall)
+
+    cdef double confine(self, const double* z, double* grad) noexcept nogil:
+        """The wall's potential; adds its gradient into ``grad`` (if not NULL)."""
+        cdef Py_ssize_t i
+        cdef double excess, U = 0.0
+        if self.wall < 0.0:
+            return 0.0
+        for i in range(self.dim):
+            excess = fabs(z[i]) - self.wall
+            if excess > 0.0:
+                U += 0.5 * excess * excess
+                if grad != NULL:
+                    grad[i] += excess if z[i] > 0.0 else -excess
+        return U
 
     cdef const double* point(self, const double* z, double* scratch) noexcept nogil:
         cdef Py_ssize_t i
@@ -462,26 +488,36 @@ cdef class TransformedTarget(CTarget):
         return x
 
     cdef void rescale(self, double* v) noexcept nogil:
-        """v <- beta scale * v (a derivative with respect to x, to one with respect to z)."""
+        """v <- scale * v (a derivative with respect to x, to one with respect to z; the
+        inverse temperature is applied by the callers, after the wall's term)."""
         cdef Py_ssize_t i
         for i in range(self.dim):
-            v[i] *= self.inverse_temperature * self.scale[i]
+            v[i] *= self.scale[i]
+
+    cdef void temper(self, double* v) noexcept nogil:
+        cdef Py_ssize_t i
+        if self.inverse_temperature != 1.0:
+            for i in range(self.dim):
+                v[i] *= self.inverse_temperature
 
     cdef int potential(self, const double* q, double* U, double* scratch) except -1 nogil:
         self.base.potential(self.point(q, scratch), U, scratch)
-        U[0] *= self.inverse_temperature
+        U[0] = self.inverse_temperature * (U[0] + self.confine(q, NULL))
         return 0
 
     cdef int potential_and_gradient(self, const double* q, double* U, double* grad,
                                     double* scratch) except -1 nogil:
         self.base.potential_and_gradient(self.point(q, scratch), U, grad, scratch)
-        U[0] *= self.inverse_temperature
         self.rescale(grad)
+        U[0] = self.inverse_temperature * (U[0] + self.confine(q, grad))
+        self.temper(grad)
         return 0
 
     cdef int gradient(self, const double* q, double* grad, double* scratch) except -1 nogil:
         self.base.gradient(self.point(q, scratch), grad, scratch)
         self.rescale(grad)
+        self.confine(q, grad)
+        self.temper(grad)
         return 0
 
     cdef int hessian_vector(self, const double* q, const double* u, double* out,
@@ -492,6 +528,11 @@ cdef class TransformedTarget(CTarget):
             w[i] = self.scale[i] * u[i]
         self.base.hessian_vector(self.point(q, scratch), w, out, scratch)
         self.rescale(out)
+        if self.wall >= 0.0:
+            for i in range(self.dim):
+                if fabs(q[i]) > self.wall:
+                    out[i] += u[i]
+        self.temper(out)
         return 0
 
 

@@ -58,6 +58,13 @@ class L2HMC(ChainSampler):
         ``target``) and no exact gradient. The chain stays exact: the map is a fixed
         invertible one whose log-Jacobian the test includes. :meth:`with_surrogate` explores
         the model and fits one as RNS-HMC does.
+    wall : float or None
+        With a ``surrogate``: its dynamics and training add (|z_i| - wall)_+^2 / 2 to the
+        surrogate's potential, in the standardised coordinates z (default 5: five standard
+        deviations of the exploration). A surrogate is fitted where the exploration went and
+        may fall without bound beyond it; trained on it without a wall, L2HMC learned to jump
+        there (the surrogate promised acceptance 1) and on the authors' PDE every chain then
+        stopped. The test is always on the model, so the chain stays exact. None: no wall.
     standardize : None or (shift, scale), ndarrays of shape (dim,)
         Run the learned dynamics in z = (x - shift) / scale (as a diagonal mass matrix
         would; the constant Jacobian cancels in the test). Inputs (``init``) and outputs
@@ -91,13 +98,14 @@ class L2HMC(ChainSampler):
     PHASES = {"warmup": Phase(), "sampling": Phase(keep=("samples", "records"))}
 
     def __init__(self, target, n_steps=10, hidden=10, step_size=0.1, rng=None,
-                 max_energy_error=1000.0, surrogate=None, standardize=None):
+                 max_energy_error=1000.0, surrogate=None, standardize=None, wall=5.0):
         if not hasattr(target, "dim"):
             raise ValueError("L2HMC needs the target's dim (give dim to rnshmc.Target)")
         dim = target_dim(target)
         if surrogate is not None and (not hasattr(surrogate, "dim") or target_dim(surrogate) != dim):
             raise ValueError(f"the surrogate must be a target of the model's dim {dim}")
         self.surrogate = surrogate
+        self.wall = None if wall is None else check_real(wall, "wall", lower=0.0)
         self.exploration = None  # what with_surrogate's exploration cost and found
         if standardize is None:
             self.shift, self.scale = np.zeros(dim), np.ones(dim)
@@ -257,6 +265,13 @@ class L2HMC(ChainSampler):
             for key, values in (("loss", losses), ("acceptance", acceptance),
                                 ("step_size", step_sizes), ("temperature", temperatures)):
                 self.history[key] = np.concatenate([self.history[key], values[:done]])
+        recent = acceptance[max(0, done - max(10, done // 10)):done]
+        if done and recent.mean() < 0.01 and acceptance[:done].max() > 0.1:
+            warnings.warn("L2HMC training collapsed: the training chains' acceptance fell from "
+                          f"{acceptance[:done].max():.2f} to {recent.mean():.3f} (a few long "
+                          "jumps dominated the loss); the weights will hardly move a chain. "
+                          "Lower learning_rate or burnin_weight, or standardise",
+                          RuntimeWarning, stacklevel=user_stacklevel())
         if skipped:
             warnings.warn(f"L2HMC training: {skipped} of {n_iterations} updates skipped for a "
                           "non-finite gradient (lower learning_rate or step_size)",
@@ -265,11 +280,13 @@ class L2HMC(ChainSampler):
             raise FloatingPointError("L2HMC training produced non-finite weights")
         return self
 
-    def _transformed(self, ctarget):
-        """``ctarget`` in the dynamics' coordinates z = (x - shift) / scale."""
+    def _transformed(self, ctarget, dynamics=True):
+        """``ctarget`` in the dynamics' coordinates z = (x - shift) / scale; a surrogate's
+        dynamics (and training) inside the ``wall``."""
         standardized = np.any(self.shift != 0.0) or np.any(self.scale != 1.0)
-        return TransformedTarget(ctarget, self.shift, self.scale) if standardized \
-            else TransformedTarget(ctarget)
+        wall = self.wall if dynamics and self.surrogate is not None else None
+        return TransformedTarget(ctarget, self.shift, self.scale, wall) if standardized \
+            else TransformedTarget(ctarget, wall=wall)
 
     def _initial_distribution(self, mean, sd):
         # N(0, I) in the dynamics' coordinates: N(shift, diag(scale^2)) in x
@@ -390,7 +407,7 @@ class L2HMC(ChainSampler):
         if self.surrogate is None:
             return self.new_chain(self._transformed(ctarget), state)
         return self.new_chain(self._transformed(as_ctarget(self.surrogate, state.dim)), state,
-                              test=self._transformed(ctarget))
+                              test=self._transformed(ctarget, dynamics=False))
 
     def begin_phase(self, name, chain, state, generator):
         if state.kernel is None:
