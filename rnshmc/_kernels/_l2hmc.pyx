@@ -785,7 +785,7 @@ cdef class Trainer(AugmentedLeapfrog):
         """
         cdef double[:, ::1] xs = np.ascontiguousarray(x, dtype=np.float64)
         cdef double[:, ::1] vs = np.ascontiguousarray(v, dtype=np.float64)
-        cdef long[::1] ds = np.ascontiguousarray(directions, dtype=np.int_)
+        cdef long long[::1] ds = np.ascontiguousarray(directions, dtype=np.longlong)
         cdef Py_ssize_t B = xs.shape[0], b, i
         if xs.shape[1] != self.dim or vs.shape[0] != B or vs.shape[1] != self.dim \
                 or ds.shape[0] != B or target.dim != self.dim:
