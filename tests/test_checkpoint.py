@@ -169,3 +169,18 @@ def test_resume_needs_the_target_of_a_user_model(tmp_path):
         rnshmc.resume(path)
     again = rnshmc.resume(path, target=target, progress=False)
     assert again.samples.shape == (1, 30, 2)
+
+
+def test_l2hmc_checkpoint_keeps_weights_and_standardisation(tmp_path):
+    from rnshmc.checkpoint import write_checkpoint
+    model = rnshmc.models.Gaussian(np.array([3.0, -1.0]), covariance=np.diag([4.0, 0.25]))
+    l2 = rnshmc.L2HMC(model, n_steps=4, rng=np.random.default_rng(2),
+                      standardize=(np.array([3.0, -1.0]), np.array([2.0, 0.5])))
+    l2.train(5, chains=8, rng=0, progress=False)
+    kwargs = dict(draws=150, tune=50, chains=2, rng=9)
+    full = l2.sample(**kwargs, progress=False)
+    states = l2.run_states(l2.init_states(**kwargs), progress=False, stop_after=120)
+    path = tmp_path / "run.npz"
+    write_checkpoint(path, l2, states, dict(draws=150, checkpoint_every=1000))
+    resumed = rnshmc.resume(path, progress=False)
+    np.testing.assert_array_equal(resumed.samples, full.samples)

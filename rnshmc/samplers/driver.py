@@ -167,6 +167,9 @@ class ChainSampler:
     # ------------------------------------------------------------------------------------------
     # checkpoints
 
+    # arguments a sampler saves in another form (its checkpoint_arguments adds them)
+    NOT_CHECKPOINTED = ()
+
     def checkpoint_arguments(self):
         """The arguments this sampler was made with, without the target, as a checkpoint
         saves them (plus ``target_spec`` for a built-in Gaussian target).
@@ -177,7 +180,8 @@ class ChainSampler:
             If an argument cannot be saved without pickle (a Python function, an object).
         """
         from ..models import Gaussian
-        arguments = {k: v for k, v in self._arguments.items() if k != "target"}
+        arguments = {k: v for k, v in self._arguments.items()
+                     if k != "target" and k not in self.NOT_CHECKPOINTED}
         for key, value in arguments.items():
             if not _savable(value):
                 raise ValueError(f"{self.name} cannot checkpoint its argument {key}={value!r} "
@@ -330,18 +334,18 @@ class ChainSampler:
         result; on Ctrl-C what was drawn (see :meth:`sample`)."""
         from ..checkpoint import write_checkpoint
         draws = run["draws"]
+        segment = None if checkpoint is None else run["checkpoint_every"]
         try:
-            if checkpoint is None:
-                states = self.run_states(states, progress=progress, pool=pool)
-            while checkpoint is not None and not all(s.done for s in states):
+            while not all(s.done for s in states):
                 try:
                     states = self.run_states(states, progress=progress, pool=pool,
-                                             stop_after=run["checkpoint_every"])
+                                             stop_after=segment)
                 except BaseException as error:
-                    if getattr(error, "states", None) is not None:
+                    if checkpoint is not None and getattr(error, "states", None) is not None:
                         write_checkpoint(checkpoint, self, error.states, run)
                     raise
-                write_checkpoint(checkpoint, self, states, run)
+                if checkpoint is not None:
+                    write_checkpoint(checkpoint, self, states, run)
         except KeyboardInterrupt as interrupt:
             drawn = [(s, s.iteration if s.phase == "sampling" else (draws if s.done else 0))
                      for s in getattr(interrupt, "states", None) or []]

@@ -378,17 +378,15 @@ class L2HMC(ChainSampler):
     def adapts_step_size(self, state):
         return False
 
+    # the weights and masks (drawn with rng) and the standardisation are saved as "weights"
+    NOT_CHECKPOINTED = ("rng", "standardize")
+
     def checkpoint_arguments(self):
         if self.surrogate is not None:
             raise ValueError("L2HMC on a surrogate cannot be checkpointed yet (save the "
                              "surrogate and the weights, and drive the chains with "
                              "init_states/run_states)")
-        saved = dict(self._arguments)
-        self._arguments = {k: v for k, v in saved.items() if k not in ("rng", "standardize")}
-        try:
-            arguments = super().checkpoint_arguments()
-        finally:
-            self._arguments = saved
+        arguments = super().checkpoint_arguments()
         arguments["weights"] = dict(parameters=self.parameters, masks=self.masks,
                                     shift=self.shift, scale=self.scale)
         return arguments
