@@ -1,4 +1,5 @@
-"""Command line: ``rnshmc demo pde`` / ``rnshmc demo logistic`` (also ``python -m rnshmc``)."""
+"""Command line: ``rnshmc demo pde`` / ``rnshmc demo logistic`` / ``rnshmc serve SURROGATE.npz``
+(also ``python -m rnshmc``)."""
 import argparse
 import sys
 
@@ -10,7 +11,8 @@ def main(argv=None):
     parser = build_parser()
     args = parser.parse_args(argv)
     try:  # inputs that cannot work are reported in one line, before any sampling
-        demos.check_output_folder(args)
+        if args.command == "demo":
+            demos.check_output_folder(args)
         return args.run(args)
     except demos.CommandLineError as error:
         parser.exit(2, f"rnshmc: error: {error}\n")
@@ -57,7 +59,32 @@ def build_parser():
     add_run_options(logistic, draws=2000, tune=1000, quick_draws=300, quick_tune=300,
                     tune_help="warm-up iterations (default 1000; --quick: 300)")
     logistic.set_defaults(run=demos.logistic)
+    serve = sub.add_parser(
+        "serve", help="serve a fitted surrogate as an UM-Bridge model",
+        description="Serve the random-network surrogate saved in SURROGATE.npz as an UM-Bridge "
+                    "model (needs pip install rnshmc[umbridge]): input sizes [dim], output "
+                    "sizes [1], output the log density -z(q) (minus the surrogate's "
+                    "potential), with gradient. SURROGATE.npz is a saved RNS-HMC result, or "
+                    "rnshmc.SampleResult(surrogate=surrogate.get_state()).save(path). Serves "
+                    "until Ctrl-C.")
+    serve.add_argument("surrogate", metavar="SURROGATE.npz",
+                       help="saved RNS-HMC result (or SampleResult) holding the surrogate")
+    serve.add_argument("--port", type=int, default=4242,
+                       help="TCP port (default 4242; 0 picks a free one)")
+    serve.add_argument("--host", default="127.0.0.1",
+                       help="address to listen on (default 127.0.0.1: this machine only; "
+                            "0.0.0.0 serves the network)")
+    serve.add_argument("--name", default="surrogate",
+                       help="the model name clients ask for (default surrogate)")
+    serve.add_argument("--chain", type=int, default=0,
+                       help="which chain's surrogate of a result of several chains (default 0)")
+    serve.set_defaults(run=_serve)
     return parser
+
+
+def _serve(args):
+    from .serve import run_command
+    return run_command(args)
 
 
 def add_run_options(parser, draws, tune, quick_draws, quick_tune, tune_help):

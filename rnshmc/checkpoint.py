@@ -172,6 +172,36 @@ def _copy_tree(value):
 _CHECKPOINT_FORMAT = "rnshmc.Checkpoint"
 
 
+def checkpoint_interval(every):
+    """``sample()``'s ``checkpoint_every`` as a run's entry: {"checkpoint_every": iterations}
+    for an int, {"checkpoint_seconds": seconds} for a duration ("90s", "10min", "2h", "1.5h"
+    or a ``datetime.timedelta``).
+
+    Raises
+    ------
+    ValueError
+        For anything else, or a duration or count that is not positive.
+    """
+    import datetime
+    if isinstance(every, datetime.timedelta):
+        seconds = every.total_seconds()
+    elif isinstance(every, str):
+        units = {"s": 1.0, "min": 60.0, "h": 3600.0}
+        number = every.strip().rstrip("".join(sorted(set("".join(units)))))
+        unit = every.strip()[len(number):]
+        try:
+            seconds = float(number) * units[unit]
+        except (KeyError, ValueError):
+            raise ValueError(f"checkpoint_every must be an int (iterations) or a duration such "
+                             f"as '90s', '10min' or '2h', got {every!r}") from None
+    else:
+        from .validation import check_integer
+        return {"checkpoint_every": check_integer(every, "checkpoint_every", minimum=1)}
+    if not seconds > 0 or not np.isfinite(seconds):
+        raise ValueError(f"checkpoint_every must be a positive duration, got {every!r}")
+    return {"checkpoint_seconds": float(seconds)}
+
+
 def write_checkpoint(path, sampler, states, run):
     """Write every chain's state, the sampler's configuration and the run's arguments to
     ``path`` atomically (a temporary file beside it, flushed to disk, then renamed over it):
@@ -242,7 +272,7 @@ def _target_check(target, state):
     return [point, -float(as_ctarget(target, state.dim).eval_potential(point))]
 
 
-def resume(path, target=None, progress=True, pool=None):
+def resume(path, target=None, progress=True, pool="auto"):
     """Continue the run saved in the checkpoint ``path`` to its end.
 
     The draws equal those of the uninterrupted ``sample()`` call bit for bit (for a run

@@ -1,7 +1,10 @@
 """Seeding and running independent chains, serially or on an executor."""
+import contextlib
+import os
+
 import numpy as np
 
-__all__ = ["chain_generators", "map_chains"]
+__all__ = ["chain_generators", "map_chains", "local_pool", "blas_limits"]
 
 
 def chain_generators(rng, chains):
@@ -25,32 +28,163 @@ def chain_generators(rng, chains):
     return np.random.default_rng(rng).spawn(int(chains))
 
 
-def map_chains(function, tasks, pool=None, stop=None):
-    """``[function(task) for task in tasks]``, on ``pool`` (a concurrent.futures.Executor) if given.
+def is_dask(pool):
+    """Whether ``pool`` is a ``dask.distributed.Client`` or one of its executors."""
+    return type(pool).__module__.split(".")[0] == "distributed"
 
-    With a process pool ``function`` and the tasks must be picklable; with a thread pool the C
-    loops run in parallel because they release the GIL. ``stop``: the run's stop flag (an
-    int32 array of one element), set when the waiting thread is interrupted (Ctrl-C) so that
-    the chains stop; the tasks are then still awaited (they return within a transition) and
-    the KeyboardInterrupt is raised with their results in its ``outcomes`` attribute
-    (``complete``: whether every task had started).
+
+def runs_in_other_processes(pool):
+    """Whether the chains run in other processes on ``pool`` (a process pool or Dask: the
+    sampler and its target are pickled there; a stop flag does not reach them)."""
+    from concurrent.futures import ProcessPoolExecutor
+    return isinstance(pool, ProcessPoolExecutor) or is_dask(pool)
+
+
+def map_chains(function, tasks, pool=None, stop=None):
+    """``[function(task) for task in tasks]``, on ``pool`` if given: a
+    ``concurrent.futures.Executor`` or a ``dask.distributed.Client`` (or its executor; tasks
+    are submitted with ``pure=False``: each is a new computation).
+
+    With a process pool or Dask, ``function`` and the tasks must be picklable; with a thread
+    pool the C loops run in parallel because they release the GIL. ``stop``: the run's stop
+    flag (an int32 array of one element), set when the waiting thread is interrupted
+    (Ctrl-C) so that the chains of a thread pool stop; the workers of a pool made by
+    :func:`local_pool` are sent SIGINT. The tasks under way are then still awaited (they
+    return within a transition) and the KeyboardInterrupt is raised with ``outcomes``: one
+    per task, None for a task that never started.
     """
     if pool is None:
         return [function(task) for task in tasks]
     if not hasattr(pool, "submit"):
-        raise TypeError("pool must be a concurrent.futures.Executor (with a submit method)")
-    futures = [pool.submit(function, task) for task in tasks]
+        raise TypeError("pool must be a concurrent.futures.Executor (with a submit method) "
+                        "or a dask.distributed.Client")
+    options = dict(pure=False) if is_dask(pool) else {}
+    futures = [pool.submit(function, task, **options) for task in tasks]
     try:
         return [future.result() for future in futures]
     except KeyboardInterrupt as interrupt:
         if stop is None:
             raise
-        # the chains of a thread pool watch ``stop``; a process pool's workers got the
-        # terminal's Ctrl-C themselves (a SIGINT sent to this process alone does not reach
-        # them: their chains then run to the end of their tasks)
         stop[0] = 1
         for future in futures:
             future.cancel()
-        interrupt.outcomes = [future.result() for future in futures if not future.cancelled()]
-        interrupt.complete = len(interrupt.outcomes) == len(futures)
+        _interrupt_workers(pool)
+        interrupt.outcomes = [None if future.cancelled() else future.result()
+                              for future in futures]
         raise
+
+
+def _interrupt_workers(pool):
+    """Send SIGINT to the workers of a process pool made by :func:`local_pool` (they ignore it
+    between tasks): a SIGINT to this process alone would not reach them."""
+    import signal
+    if getattr(pool, "_rnshmc_owned", False) and hasattr(pool, "_processes"):
+        for pid in list(pool._processes or {}):
+            try:
+                os.kill(pid, signal.SIGINT)
+            except (ProcessLookupError, PermissionError):  # pragma: no cover - racy exit
+                pass
+
+
+def _ignore_sigint():
+    """Process-pool worker initializer: ignore SIGINT between tasks (a chain's task turns it
+    into a KeyboardInterrupt while it runs, see :func:`interruptible`), so that an idle
+    worker survives a Ctrl-C and the pool stays usable."""
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@contextlib.contextmanager
+def interruptible():
+    """In a process-pool worker: SIGINT raises KeyboardInterrupt while this block runs, once
+    (a terminal's Ctrl-C and the parent's forwarded SIGINT both arrive: a second
+    KeyboardInterrupt while the chain saves its state would leave it half-saved)."""
+    import signal
+    import threading
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt_once(signum, frame):
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, interrupt_once)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+_worker_limits = None  # a process-pool worker's BLAS limits (see _limit_blas)
+
+
+def _limit_blas(threads):
+    """Process-pool worker initializer: ``threads`` BLAS/OpenMP threads per worker."""
+    _ignore_sigint()
+    from threadpoolctl import threadpool_limits
+    global _worker_limits
+    _worker_limits = threadpool_limits(limits=threads)  # kept for the worker's lifetime
+
+
+@contextlib.contextmanager
+def local_pool(chains, processes):
+    """The executor that runs ``chains`` chains in parallel on this machine's cores by default,
+    and the BLAS thread limits that go with it: None (serial) for one chain or one core; a
+    thread pool (``processes=False``: C-level targets, whose loops release the GIL) or a
+    process pool (spawned workers: Python callables, which hold the GIL). Either way
+    ``cores // workers`` BLAS threads per chain (threadpoolctl), so the chains do not
+    oversubscribe the cores."""
+    cores = os.cpu_count() or 1
+    workers = min(chains, cores)
+    if workers < 2:
+        yield None
+        return
+    blas = max(1, cores // workers)
+    if processes:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+        pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
+                                   initializer=_limit_blas, initargs=(blas,))
+        pool._rnshmc_owned = True
+        with pool:
+            with _main_module_hidden():  # the workers start on these submits
+                for started in [pool.submit(os.getpid) for _ in range(workers)]:
+                    started.result()
+            yield pool
+    else:
+        from concurrent.futures import ThreadPoolExecutor
+        with ThreadPoolExecutor(workers) as pool, blas_limits(blas):
+            yield pool
+
+
+@contextlib.contextmanager
+def _main_module_hidden():
+    """Spawned processes started in this block do not import the user's main module.
+
+    A spawned worker first runs the parent's ``__main__`` (found by its ``__spec__`` or
+    ``__file__``) as ``__mp_main__``: a user's script without an ``if __name__ ==
+    "__main__":`` guard would sample again in every worker and fail. The chains' workers need
+    only rnshmc and the target's own module (a target with functions of ``__main__`` is
+    not run in processes, see ``ChainSampler._pool``)."""
+    import sys
+    main = sys.modules.get("__main__")
+    saved = {key: main.__dict__[key] for key in ("__spec__", "__file__")
+             if main is not None and key in main.__dict__}
+    try:
+        if "__spec__" in saved:
+            main.__spec__ = None
+        if "__file__" in saved:
+            del main.__file__
+        yield
+    finally:
+        for key, value in saved.items():
+            setattr(main, key, value)
+
+
+@contextlib.contextmanager
+def blas_limits(threads):
+    """At most ``threads`` BLAS/OpenMP threads in this process while the block runs."""
+    from threadpoolctl import threadpool_limits
+    with threadpool_limits(limits=threads):
+        yield

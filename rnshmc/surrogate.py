@@ -1,4 +1,5 @@
 """Random-network (extreme learning machine) surrogate of a potential energy."""
+import functools
 import math
 import time
 import warnings
@@ -9,6 +10,7 @@ from scipy.linalg.blas import dnrm2, dsyrk
 
 from ._kernels._online import OnlineLeastSquares
 from ._kernels._surrogate import ACTIVATIONS, NetworkTarget, hidden_layer
+from .parallel import blas_limits
 
 __all__ = ["RandomNetworkSurrogate"]
 
@@ -41,6 +43,18 @@ def _rms(r):
 
 def _all_finite(*arrays):
     return all(a is None or np.all(np.isfinite(a)) for a in arrays)
+
+
+def _one_blas_thread(method):
+    """Run ``method`` with one BLAS thread: a multi-threaded BLAS sums in an order that
+    depends on its thread count, and a fit that changed in its last bits with the number of
+    chains running beside it would change the draws (the same seed must give the same
+    draws whatever the pool). On two cores one thread was no slower."""
+    @functools.wraps(method)
+    def single_threaded(*args, **kwargs):
+        with blas_limits(1):
+            return method(*args, **kwargs)
+    return single_threaded
 
 
 def gradient_flops(dim, n_hidden, whiten=True):
@@ -161,6 +175,7 @@ class RandomNetworkSurrogate:
     # ------------------------------------------------------------------------------------------
     # fitting
 
+    @_one_blas_thread
     def fit(self, Q, t, gradients=None, gradient_weight=1.0, online=False):
         """Fit the output weights to values (and optionally gradients) of the potential.
 
@@ -285,6 +300,7 @@ class RandomNetworkSurrogate:
         self.fit_time_ = time.perf_counter() - start
         return self
 
+    @_one_blas_thread
     def partial_fit(self, Q, t, gradients=None, install=True):
         """Update the output weights with new points, as if they had been in the last fit.
 
@@ -633,3 +649,36 @@ class RandomNetworkSurrogate:
         surrogate._rng = np.random.default_rng()
         surrogate._ctarget = None if network is None else NetworkTarget(*network)
         return surrogate
+
+    # ------------------------------------------------------------------------------------------
+    # serving
+
+    def serve(self, port=4242, host="127.0.0.1", name="surrogate", block=True):
+        """Serve the fitted surrogate as an UM-Bridge model (``pip install rnshmc[umbridge]``):
+        input sizes ``[dim]``, output sizes ``[1]``, output the log density ``-z(q)`` (minus
+        :meth:`potential`), with gradient. See :func:`rnshmc.serve.serve_surrogate`.
+
+        Parameters
+        ----------
+        port : int
+            TCP port (default 4242); 0 lets the system choose a free one.
+        host : str
+            Address to listen on (default ``"127.0.0.1"``: this machine only).
+        name : str
+            The model's name (default ``"surrogate"``).
+        block : bool
+            True (default): serve until Ctrl-C. False: serve from a background thread.
+
+        Returns
+        -------
+        rnshmc.serve.UMBridgeServer or None
+            With ``block=False`` the running server (``.url``, ``.stop()``, a context
+            manager), else None.
+
+        Raises
+        ------
+        RuntimeError
+            If the surrogate is not fitted.
+        """
+        from .serve import serve_surrogate
+        return serve_surrogate(self, port=port, host=host, name=name, block=block)

@@ -96,6 +96,7 @@ def test_bad_inputs_are_reported_in_one_line_before_sampling(tmp_path, capsys):
 def test_reruns_do_not_overwrite_unless_asked(tmp_path, capsys):
     args = ["demo", "logistic", "--quick", "--out", str(tmp_path), "--no-progress"]
     assert main(args) == 0
+    capsys.readouterr()  # the first run's output
     before = (tmp_path / "logistic_hmc.npz").read_bytes()
     err = one_line_error(capsys, args)
     assert "logistic_hmc.npz" in err and "--overwrite" in err

@@ -22,6 +22,10 @@ CHILD = textwrap.dedent("""
     import rnshmc
     pool = ThreadPoolExecutor(2) if sys.argv[1] == "threads" else None
     model = rnshmc.models.Gaussian(np.zeros(50), covariance=np.eye(50))
+    if sys.argv[1] == "processes":  # Python callables from a module: pool="auto" spawns
+        import interrupt_model      # processes, which the parent's SIGINT alone must stop
+        model, pool = rnshmc.Target(interrupt_model.logp, grad_logp=interrupt_model.grad,
+                                    dim=50), "auto"
     print("sampling", flush=True)
     warnings.simplefilter("ignore")
     result = rnshmc.HMC(model, step_size=0.05, n_steps=200).sample(
@@ -31,16 +35,34 @@ CHILD = textwrap.dedent("""
 """)
 
 
+MODULE = """
+def logp(q):
+    return -0.5 * q @ q
+
+def grad(q):
+    return -q
+"""
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="SIGINT to a child process is POSIX")
-@pytest.mark.parametrize("mode", ["serial", "threads"])
+@pytest.mark.parametrize("mode", ["serial", "threads", "processes"])
 def test_sigint_returns_the_draws_within_two_seconds(mode, tmp_path):
+    """SIGINT sent to the sampling process alone (not to its process group, as a terminal's
+    Ctrl-C is): serially, on a thread pool, and on the spawned process pool of
+    pool="auto", whose workers the parent must stop itself."""
+    if mode == "processes" and (os.cpu_count() or 1) < 2:
+        pytest.skip("one core: pool='auto' runs the chains serially")
     script = tmp_path / "child.py"
     script.write_text(CHILD)
+    (tmp_path / "interrupt_model.py").write_text(MODULE)
+    env = dict(os.environ, PYTHONPATH=str(tmp_path) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     child = subprocess.Popen([sys.executable, str(script), mode], stdout=subprocess.PIPE,
-                             text=True, cwd=tmp_path)
+                             text=True, cwd=tmp_path, env=env)
     try:
         assert child.stdout.readline().strip() == "sampling"
-        time.sleep(1.5)  # well into the sampling phase (50000 draws take over 15 s)
+        # well into the sampling phase (50000 draws take over 15 s; spawned workers start
+        # in about a second)
+        time.sleep(4.0 if mode == "processes" else 1.5)
         sent = time.perf_counter()
         child.send_signal(signal.SIGINT)
         line = child.stdout.readline().split()
@@ -51,7 +73,7 @@ def test_sigint_returns_the_draws_within_two_seconds(mode, tmp_path):
     assert float(line[1]) - sent < 2.0
     chains, draws, interrupted = int(line[2]), int(line[3]), line[4] == "True"
     assert interrupted and 0 < draws < 50000
-    assert chains == (2 if mode == "threads" else 1)  # serially, chain 1 never started
+    assert chains == (1 if mode == "serial" else 2)  # serially, chain 1 never started
 
 
 def test_a_failing_model_stops_the_other_chains_and_keeps_their_states():

@@ -112,14 +112,18 @@ cdef class OnlineLeastSquares:
         self.n_pending = 0
 
     def __reduce__(self):
-        self.flush()
+        # the pending rows travel as they are (not flushed): a copy must go on summing the
+        # normal equations in the original's order, or its periodic refresh would differ
+        # from the original's in the last bits
         squares, vectors = self._arrays
+        k = self.n_pending
         # (inside the class, self.theta etc. are the C pointers: use the arrays)
         return (_rebuild, (vectors[0].copy(), _symmetric(squares[0]),
                            _symmetric(squares[1]) if self.tracks_null_space else None,
                            _symmetric(squares[2]) if self.has_normal else None,
                            vectors[1].copy() if self.has_normal else None, self.tol,
-                           self.n_updates, self.n_null_space_updates))
+                           self.n_updates, self.n_null_space_updates,
+                           self._pending[0][:k].copy(), self._pending[1][:k].copy()))
 
     @classmethod
     def from_rows(cls, H, t, double ridge=0.0, double tol=1e-10):
@@ -251,9 +255,15 @@ cdef class OnlineLeastSquares:
         return _symmetric(self._arrays[0][2]) if self.has_normal else None
 
 
-def _rebuild(weights, theta, phi, normal, rhs, tol, n_updates, n_null_space_updates):
+def _rebuild(weights, theta, phi, normal, rhs, tol, n_updates, n_null_space_updates,
+             pending_rows=None, pending_targets=None):
     cdef OnlineLeastSquares estimator = OnlineLeastSquares(weights, theta, phi, normal, rhs, tol)
     estimator.n_updates, estimator.n_null_space_updates = n_updates, n_null_space_updates
+    if pending_rows is not None and len(pending_rows):
+        k = len(pending_rows)
+        estimator._pending[0][:k] = pending_rows
+        estimator._pending[1][:k] = pending_targets
+        estimator.n_pending = k
     return estimator
 
 

@@ -80,7 +80,7 @@ class ARNSHMC(RNSHMC):
                          "chain's state does not save to .npz")
 
     def sample(self, draws=1000, tune=200, chains=1, rng=None, init=None, progress=True,
-               pool=None, checkpoint=None, checkpoint_every=1000):
+               pool="auto", checkpoint=None, checkpoint_every=1000):
         """Explore with exact HMC, fit the surrogate, then draw samples while it learns.
 
         Parameters
@@ -111,6 +111,7 @@ class ARNSHMC(RNSHMC):
 
     def _fitted(self, state, surrogate, U):
         state.extras["online_surrogate"] = surrogate
+        state.extras["shared_estimator"] = False  # (until _fit_shared says otherwise)
         # twice the fitted potentials' range above their minimum
         state.extras["online_ceiling"] = float(2 * np.max(U) - np.min(U))
 
@@ -131,14 +132,17 @@ class ARNSHMC(RNSHMC):
         the next install, and its accepted states are added to the estimator in one batch.
         That is the per-iteration algorithm exactly (added states change nothing until the
         weights are installed)."""
-        install_rng = state.extras["install_rng"]
         t = state.extras.get("coins_drawn", 0)
+        if "install_times" in state.extras:  # shared: drawn ahead for all chains
+            times = state.extras["install_times"]
+            following = times[np.searchsorted(times, t, side="right"):]
+            state.extras["coins_drawn"] = int(following[0]) if len(following) else n_iter
+            return int(following[0]) if len(following) else None
+        install_rng = state.extras["install_rng"]
         last = n_iter if self.freeze_after is None else min(n_iter, self.freeze_after)
         while t < last:
             t += 1
-            rate = float(self.adaptation_rate(t))
-            if not 0.0 <= rate <= 1.0:
-                raise ValueError(f"adaptation_rate({t}) = {rate!r} is not a probability")
+            rate = self._rate(t)
             if rate > 0.0 and install_rng.random() < rate:
                 state.extras["coins_drawn"] = t
                 return t
@@ -157,34 +161,100 @@ class ARNSHMC(RNSHMC):
         outputs = state.outputs["sampling"]
         installed = outputs.setdefault("installed", np.zeros(len(outputs["records"]), dtype=bool))
         added = outputs.setdefault("online_added", np.zeros(len(outputs["records"]), np.int64))
-        surrogate = state.extras["online_surrogate"]
         end = first + n if self.freeze_after is None else min(first + n, self.freeze_after)
         if state.extras["dynamics"] == "surrogate" and first < end:
             # the exact potentials the test computed; an exact stretch's states go to the
             # refit that ends it instead
-            block = slice(first, end)
-            records = outputs["records"][block]
-            new = records["accepted"].astype(bool)
-            if self.online_points == "proposals":
-                rows = outputs["proposals"][block]
-                # rejected proposals only under the ceiling set at the last fit: farther out,
-                # a few huge values would dominate the least-squares fit
-                under = rows[:, -1] <= state.extras["online_ceiling"]
-                new |= under & ~records["diverging"].astype(bool)
-                Q, U = rows[new, :-1], rows[new, -1]
-            else:
-                Q, U = outputs["samples"][block][new], -records["log_density"][new]
-            added[block] = new
-            if len(U):
-                surrogate.partial_fit(Q, U, install=False)
+            added[first:end] = self._online_points(state, slice(first, end))
+        if state.extras.get("shared_estimator"):
+            return  # the points wait for the other chains' (join)
+        Q, U = self._added_points(state, slice(first, end))
+        if len(U):
+            state.extras["online_surrogate"].partial_fit(Q, U, install=False)
         install_at = state.extras["install_at"]
         if install_at is not None and state.iteration == install_at:
-            surrogate.install()
+            state.extras["online_surrogate"].install()
             installed[install_at - 1] = True
             del state.extras["install_at"]
 
+    def _online_points(self, state, block):
+        """Which sampling iterations in ``block`` add their point to the estimator."""
+        records = state.outputs["sampling"]["records"][block]
+        new = records["accepted"].astype(bool)
+        if self.online_points == "proposals":
+            # rejected proposals only under the ceiling set at the last fit: farther out, a
+            # few huge values would dominate the least-squares fit
+            under = state.outputs["sampling"]["proposals"][block][:, -1] \
+                <= state.extras["online_ceiling"]
+            new |= under & ~records["diverging"].astype(bool)
+        return new
+
+    def _added_points(self, state, block):
+        """(Q, U): the points the iterations in ``block`` added."""
+        outputs = state.outputs["sampling"]
+        new = outputs["online_added"][block].astype(bool)
+        if self.online_points == "proposals":
+            rows = outputs["proposals"][block][new]
+            return rows[:, :-1], rows[:, -1]
+        return outputs["samples"][block][new], -outputs["records"]["log_density"][block][new]
+
+    # ------------------------------------------------------------------------------------------
+    # one estimator shared by all chains (share_surrogate=True)
+
+    def waiting(self, state):
+        # a chain on the shared estimator waits at each install for the others' points
+        extras = state.extras
+        return super().waiting(state) or (
+            bool(extras.get("shared_estimator")) and state.phase == "sampling"
+            and extras.get("install_at") is not None and state.iteration == extras["install_at"])
+
+    def _fit_shared(self, states):
+        from ..checkpoint import generator_from_json, generator_to_json
+        super()._fit_shared(states)
+        # the install times, common to all chains, drawn ahead from chain 0's stream
+        generator = generator_from_json(states[0].rng)
+        coins = generator.spawn(1)[0]
+        states[0].rng = generator_to_json(generator)
+        # (not after the last draw: an install there changes no draw)
+        n_iter = dict(states[0].phases)["sampling"] - 1
+        last = n_iter if self.freeze_after is None else min(n_iter, self.freeze_after)
+        times = [t for t in range(1, last + 1) if coins.random() < self._rate(t)]
+        for state in states:
+            state.extras.update(shared_estimator=True, install_times=np.array(times, np.int64),
+                                pending_from=0)
+
+    def join(self, states):
+        super().join(states)
+        sharing = [s for s in states if s.extras.get("shared_estimator")]
+        if not sharing or not all(self.waiting(s) for s in sharing) \
+                or any(s.phase != "sampling" for s in sharing):
+            return
+        # every chain's points since the last install, in chain order, then one install for all
+        estimator = sharing[0].extras["online_surrogate"]
+        for state in sharing:
+            t = state.iteration
+            Q, U = self._added_points(state, slice(state.extras["pending_from"], t))
+            if len(U):
+                estimator.partial_fit(Q, U, install=False)
+        estimator.install()
+        for state in sharing:
+            state.outputs["sampling"]["installed"][state.iteration - 1] = True
+            state.extras["online_surrogate"] = estimator
+            state.extras["pending_from"] = state.iteration
+            del state.extras["install_at"]
+
+    def _rate(self, t):
+        rate = float(self.adaptation_rate(t))
+        if not 0.0 <= rate <= 1.0:
+            raise ValueError(f"adaptation_rate({t}) = {rate!r} is not a probability")
+        return rate
+
     def end_phase(self, name, chain, state, generator):
         super().end_phase(name, chain, state, generator)
+        if name == "sampling" and state.extras.get("shared_estimator"):
+            # the points after the last install never reach the shared estimator (they would
+            # change no draw)
+            state.outputs["sampling"]["online_added"][state.extras["pending_from"]:] = 0
         if name == "sampling":
             state.extras["surrogate"] = state.extras["online_surrogate"].get_state()
 

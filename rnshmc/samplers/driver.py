@@ -13,6 +13,7 @@ two ``sample()`` calls on one sampler may run at once; and a chain continued fro
 gives the draws of the uninterrupted run, bit for bit, because every chunk boundary is a point
 where the whole state is in the ChainState.
 """
+import contextlib
 import functools
 import inspect
 import os
@@ -27,9 +28,10 @@ from .._kernels._integrators import Leapfrog
 from .._kernels._metrics import EuclideanMetric
 from .._kernels._transition import TRANSITION, Chain
 from ..adaptation import WarmupSchedule, initial_step_size, regularized_variance, terminal_buffer
-from ..checkpoint import ChainState, generator_from_json, generator_to_json
+from ..checkpoint import ChainState, checkpoint_interval, generator_from_json, generator_to_json
 from ..results import SampleResult
-from ..parallel import chain_generators, map_chains
+from ..parallel import (blas_limits, chain_generators, interruptible, local_pool, map_chains,
+                        runs_in_other_processes)
 from ..targets import as_ctarget, check_target, target_dim
 from ..validation import check_integer, check_per_chain_real, check_real
 
@@ -64,15 +66,19 @@ class Progress:
     """A tqdm bar when tqdm is installed and progress is wanted; silent otherwise. A chain's
     bar shows the phase under way, its acceptance rate so far and its divergences."""
 
-    def __init__(self, enabled, total, desc):
+    def __init__(self, enabled, total, desc, position=None):
         self.bar = None
+        self.deadline = None  # a run's time.monotonic() limit (run_chain's ``deadline``)
         self.phase, self.accepted, self.divergent, self.transitions = None, 0, 0, 0
         if enabled and total > 0:
             try:
                 from tqdm.auto import tqdm
             except ImportError:
                 return
-            self.bar = tqdm(total=total, desc=desc, leave=False)
+            self.bar = tqdm(total=total, desc=desc, leave=False, position=position)
+
+    def past_deadline(self):
+        return self.deadline is not None and time.monotonic() >= self.deadline
 
     def update(self, n, **postfix):
         """Advance by ``n``; ``postfix`` (e.g. loss=...) is shown after the bar."""
@@ -134,6 +140,8 @@ class ChainSampler:
     """
 
     name = "sampler"
+    # whether the target must have a gradient (a gradient-free sampler says False)
+    NEEDS_GRADIENT = True
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -144,9 +152,11 @@ class ChainSampler:
                  inverse_mass_matrix=None, adapt_mass_matrix=None, target_accept=0.8,
                  max_energy_error=1000.0):
         check_target(target)
-        if getattr(target, "has_gradient", True) is False:
-            raise ValueError(f"{self.name} needs the gradient of the log density: give "
-                             "grad_logp or logp_and_grad to rnshmc.Target")
+        if self.NEEDS_GRADIENT and getattr(target, "has_gradient", True) is False:
+            raise ValueError(f"{self.name} needs the gradient of the log density, which this "
+                             "target does not have (has_gradient is False; for rnshmc.Target "
+                             "give grad_logp or logp_and_grad). rnshmc.GradientFreeRNSHMC "
+                             "samples targets without a gradient.")
         self.target = target
         self.step_size = None if step_size is None else check_per_chain_real(step_size, "step_size")
         self.n_steps = check_integer(n_steps, "n_steps", minimum=1)
@@ -227,6 +237,18 @@ class ChainSampler:
         """(n_steps, jitter) of phase ``name``."""
         return self.n_steps, self.jitter
 
+    def waiting(self, state):
+        """Whether the chain waits for the others before it can go on (a step that needs
+        every chain, e.g. one surrogate fitted to all their explorations): the driver then
+        returns it as it is, and :meth:`continue_run` calls :meth:`join` once every chain
+        is done or waiting."""
+        return False
+
+    def join(self, states):
+        """The work every chain waited for (see :meth:`waiting`), on all the states at once,
+        in chain order: it runs in the calling process whatever the pool, so the draws do not
+        depend on the executor."""
+
     TIMING_NAMES = {"warmup": "tune", "exploration": "tune", "training": "train"}
 
     def result(self, states):
@@ -272,7 +294,7 @@ class ChainSampler:
     # sampling
 
     def sample(self, draws=1000, tune=1000, chains=1, rng=None, init=None, progress=True,
-               pool=None, checkpoint=None, checkpoint_every=1000):
+               pool="auto", checkpoint=None, checkpoint_every=1000):
         """Draw samples.
 
         Parameters
@@ -289,20 +311,30 @@ class ChainSampler:
         init : None or ndarray of shape (dim,) or (chains, dim)
             Initial points. None draws each coordinate uniformly from (-2, 2), as Stan does.
         progress : bool
-            Show a progress bar (needs tqdm; silent without it).
-        pool : concurrent.futures.Executor, optional
-            Run chains on this executor. A thread pool runs C-level targets in parallel (the C
-            loop releases the GIL and targets keep no scratch of their own); a process pool
-            needs a picklable target.
+            Show a progress bar per chain with its phase, acceptance and divergences (serial
+            chains and thread pools; chains in other processes run without one).
+        pool : "auto", None, concurrent.futures.Executor or dask.distributed.Client
+            Where the chains run. "auto" (default): in parallel on this machine's cores when
+            there are several chains — a thread pool for C-level targets (built-in models,
+            surrogates: their loops release the GIL and keep no scratch of their own), a
+            pool of spawned processes for targets with Python callables that pickle and are
+            defined in an importable module (else serially: a Python function holds the GIL,
+            need not be thread-safe, and one defined in a script or a lambda cannot reach a
+            spawned process); BLAS threads are limited to cores / workers per chain
+            (threadpoolctl). None: one chain after another. An
+            executor runs them there (a process pool needs a picklable target). A
+            ``dask.distributed.Client`` (or its executor) runs them on its cluster (tasks
+            submitted with ``pure=False``; the target is pickled to the workers).
         checkpoint : None or path
-            Save the run here (``.npz``, written atomically) every ``checkpoint_every``
-            iterations of every chain, at a Ctrl-C and at a failure: every chain's state,
-            the draws so far, the sampler's arguments and, for surrogate samplers, the
-            fitted surrogates. :func:`rnshmc.resume` continues it to the draws of the
-            uninterrupted run. An existing file is not overwritten (resume it, or remove it).
-        checkpoint_every : int
-            Iterations per chain between checkpoints (default 1000; the chains wait for each
-            other there).
+            Save the run here (``.npz``, written atomically) every ``checkpoint_every``,
+            at a Ctrl-C and at a failure: every chain's state, the draws so far, the
+            sampler's arguments and, for surrogate samplers, the fitted surrogates.
+            :func:`rnshmc.resume` continues it to the draws of the uninterrupted run. An
+            existing file is not overwritten (resume it, or remove it).
+        checkpoint_every : int, float seconds as a string ("90s", "10min", "2h") or datetime.timedelta
+            An int: iterations per chain between checkpoints (default 1000; the chains wait
+            for each other there). A duration: a checkpoint after each chain's first chunk
+            boundary (1% of a phase) past that time.
 
         Returns
         -------
@@ -311,41 +343,52 @@ class ChainSampler:
             second; a Python model's evaluation under way is abandoned) and the draws made so
             far are returned: the chains that have sampling draws (serially run chains after
             the interrupted one have none), cut to the shortest one's, with
-            ``interrupted=True`` and a warning. Interrupted before any chain's sampling phase
-            has a draw, the KeyboardInterrupt is raised. An exception from the model in one
-            chain stops the others the same way and is raised. (To continue an interrupted
-            run, drive it with :meth:`init_states` and :meth:`run_states`, whose exceptions
-            carry the chains' states in ``states``.)
+            ``interrupted=True`` and a warning; with ``checkpoint``, they are saved there
+            too and ``rnshmc.resume`` continues the run. Interrupted before any chain's
+            sampling phase has a draw, the KeyboardInterrupt is raised (after the
+            checkpoint is written). An exception from the model in one chain stops the others
+            the same way and is raised, its ``states`` attribute holding every chain's state.
         """
+        run = dict(draws=draws, **checkpoint_interval(checkpoint_every))
         if checkpoint is not None:
             checkpoint = os.fspath(checkpoint)
-            checkpoint_every = check_integer(checkpoint_every, "checkpoint_every", minimum=1)
             if os.path.exists(checkpoint):
                 raise FileExistsError(f"{checkpoint} exists: continue it with "
                                       "rnshmc.resume(), or remove it")
             self.checkpoint_arguments()  # fails now, not at the first checkpoint
         states = self.init_states(draws, tune, chains, rng, init)
-        run = dict(draws=draws, checkpoint_every=checkpoint_every)
         return self.continue_run(states, run, progress=progress, pool=pool,
                                  checkpoint=checkpoint)
 
-    def continue_run(self, states, run, progress=True, pool=None, checkpoint=None):
+    def continue_run(self, states, run, progress=True, pool="auto", checkpoint=None):
         """Run ``states`` to the end (writing checkpoints if ``checkpoint``) and return the
         result; on Ctrl-C what was drawn (see :meth:`sample`)."""
         from ..checkpoint import write_checkpoint
         draws = run["draws"]
-        segment = None if checkpoint is None else run["checkpoint_every"]
+        every, seconds = run.get("checkpoint_every"), run.get("checkpoint_seconds")
         try:
-            while not all(s.done for s in states):
-                try:
-                    states = self.run_states(states, progress=progress, pool=pool,
-                                             stop_after=segment)
-                except BaseException as error:
-                    if checkpoint is not None and getattr(error, "states", None) is not None:
-                        write_checkpoint(checkpoint, self, error.states, run)
-                    raise
-                if checkpoint is not None:
-                    write_checkpoint(checkpoint, self, states, run)
+            with self._pool(pool, len(states), states[0].dim) as executor:
+                while not all(s.done for s in states):
+                    deadline = None
+                    if checkpoint is not None and seconds is not None:
+                        deadline = time.monotonic() + seconds
+                    try:
+                        states = self.run_states(
+                            states, progress=progress, pool=executor, deadline=deadline,
+                            stop_after=every if checkpoint is not None and seconds is None
+                            else None)
+                        if any(self.waiting(s) for s in states) and \
+                                all(s.done or self.waiting(s) for s in states):
+                            self.join(states)
+                            if any(self.waiting(s) for s in states):
+                                raise RuntimeError(f"{self.name}: chains still wait after "
+                                                   "their join (a bug)")
+                    except BaseException as error:
+                        if checkpoint is not None and getattr(error, "states", None) is not None:
+                            write_checkpoint(checkpoint, self, error.states, run)
+                        raise
+                    if checkpoint is not None:
+                        write_checkpoint(checkpoint, self, states, run)
         except KeyboardInterrupt as interrupt:
             drawn = [(s, s.iteration if s.phase == "sampling" else (draws if s.done else 0))
                      for s in getattr(interrupt, "states", None) or []]
@@ -353,13 +396,41 @@ class ChainSampler:
             if not drawn:
                 raise
             kept = min(n for _, n in drawn)
+            saved = "" if checkpoint is None else f" (the run is saved in {checkpoint})"
             warnings.warn(f"{self.name}: interrupted; returning the first {kept} of {draws} "
                           f"draws of chains {[s.chain for s, _ in drawn]} (the chains with "
-                          "sampling draws)", RuntimeWarning, stacklevel=user_stacklevel())
+                          f"sampling draws){saved}", RuntimeWarning,
+                          stacklevel=user_stacklevel())
             result = self.result([_cut_to(s, kept) for s, _ in drawn])
             result["interrupted"] = True
             return result
         return self.result(states)
+
+    def uses_python_callables(self, dim):
+        """Whether sampling a ``dim``-dimensional target calls Python functions (a Python
+        target or metric): they hold the GIL, so ``pool="auto"`` runs such chains in
+        processes rather than threads."""
+        from .._kernels._targets import PyCallableTarget
+        return isinstance(as_ctarget(self.target, dim), PyCallableTarget)
+
+    @contextlib.contextmanager
+    def _pool(self, pool, chains, dim):
+        """The executor of ``pool`` (see :meth:`sample`); "auto" makes one for the run."""
+        if isinstance(pool, str):
+            if pool != "auto":
+                raise ValueError(f"pool must be 'auto', None, an executor or a Dask client, "
+                                 f"got {pool!r}")
+            processes = self.uses_python_callables(dim)
+            if processes and not _pickles(self):
+                processes, chains = False, 1  # serially: see sample()
+            with local_pool(chains, processes) as executor:
+                yield executor
+        elif pool is not None and not runs_in_other_processes(pool):
+            with blas_limits(max(1, (os.cpu_count() or 1) // min(
+                    chains, getattr(pool, "_max_workers", chains)))):
+                yield pool
+        else:
+            yield pool
 
     def init_states(self, draws=1000, tune=1000, chains=1, rng=None, init=None):
         """The initial :class:`~rnshmc.checkpoint.ChainState` of each chain (arguments as for
@@ -384,28 +455,33 @@ class ChainSampler:
             extras={"step_size": None if step_sizes is None else float(step_sizes[c])})
             for c in range(chains)]
 
-    def run_states(self, states, progress=True, pool=None, stop_after=None):
-        """Continue every chain's state (on ``pool`` if given); returns the states.
+    def run_states(self, states, progress=True, pool=None, stop_after=None, deadline=None):
+        """Continue every chain's state (on ``pool`` if given: an executor or a Dask client,
+        see :meth:`sample`); returns the states. ``stop_after``, ``deadline``: see
+        :meth:`run_chain`.
 
         If a chain fails (an exception from the model) or the run is interrupted (Ctrl-C),
         the other chains stop after their current transition, every state keeps the
         transitions made, and the exception is raised with the states in its ``states``
         attribute (the first failure's exception; a Ctrl-C's KeyboardInterrupt)."""
         stop = np.zeros(1, dtype=np.int32)  # this run's stop flag, watched by its C loops
-        if pool is not None and _is_process_pool(pool):
-            run = _RunChain(self, False, stop_after)  # the target is rebuilt in each process
+        if pool is not None and runs_in_other_processes(pool):
+            # the target is rebuilt there; the deadline becomes seconds from the task's start
+            run = _RunChain(self, stop_after,
+                            None if deadline is None else deadline - time.monotonic())
         else:
             ctarget = as_ctarget(self.target, states[0].dim)  # shared: it holds no scratch
-            show = progress and pool is None
+            several = len(states) > 1 and pool is not None
 
             def run(state):
-                return self.run_chain(state, ctarget, progress=show, stop_after=stop_after,
-                                      stop_flag=stop)
+                return self.run_chain(state, ctarget, progress=progress, stop_after=stop_after,
+                                      stop_flag=stop, deadline=deadline,
+                                      position=state.chain if several else None)
         try:
             outcomes = map_chains(_Guarded(run, stop), states, pool, stop)
         except KeyboardInterrupt as interrupt:  # while waiting for a pool's chains
-            if getattr(interrupt, "complete", False):
-                interrupt.states = [state for state, _ in interrupt.outcomes]
+            interrupt.states = [state if outcome is None else outcome[0]
+                                for state, outcome in zip(states, interrupt.outcomes)]
             raise
         states = [state for state, _ in outcomes]
         errors = [error for _, error in outcomes if error is not None]
@@ -416,10 +492,13 @@ class ChainSampler:
             raise error
         return states
 
-    def run_chain(self, state, ctarget=None, progress=False, stop_after=None, stop_flag=None):
-        """Continue one chain from ``state`` until its plan is done, or for ``stop_after``
-        more iterations; ``state`` is updated in place and returned. ``stop_flag``: see
-        :meth:`Chain.set_stop_flag`."""
+    def run_chain(self, state, ctarget=None, progress=False, stop_after=None, stop_flag=None,
+                  deadline=None, position=None):
+        """Continue one chain from ``state`` until its plan is done, for ``stop_after`` more
+        iterations, until it waits for the other chains (:meth:`waiting`), or until the first
+        chunk boundary after ``deadline`` (a ``time.monotonic()`` value); ``state`` is updated
+        in place and returned. ``stop_flag``: see :meth:`Chain.set_stop_flag`; ``position``:
+        the progress bar's line."""
         if state.sampler != self.name:
             raise ValueError(f"this state belongs to a {state.sampler} chain, not {self.name}")
         if ctarget is None:
@@ -429,9 +508,12 @@ class ChainSampler:
         generator = generator_from_json(state.rng)
         budget = state.iterations_left() if stop_after is None else stop_after
         bar = Progress(progress, min(budget, state.iterations_left()),
-                       f"{self.name} chain {state.chain}")
+                       f"{self.name} chain {state.chain}", position)
+        bar.deadline = deadline
         try:
             while not state.done and (budget > 0 or state.phases[state.phase_index][1] == 0):
+                if self.waiting(state) or bar.past_deadline():
+                    break
                 name, n_iter = state.phases[state.phase_index]
                 start = time.perf_counter()
                 chain = self.make_chain(name, state, ctarget)
@@ -565,7 +647,7 @@ class ChainSampler:
                 self._window_end(chain, state, generator, adapt_step)
             self._keep_current(name, chain, state, generator)
             bar.transitions_done(name, rows["records"])
-            if stop < boundary:
+            if stop < boundary or bar.past_deadline():
                 break
         if state.iteration == n_iter and spec.adapt:
             self.finish_adaptation(chain, state, n_iter)
@@ -724,21 +806,31 @@ def _cut_to(state, draws):
     return state
 
 
-def _is_process_pool(pool):
-    from concurrent.futures import ProcessPoolExecutor
-    return isinstance(pool, ProcessPoolExecutor)
+def _pickles(sampler):
+    """Whether ``sampler`` can go to a spawned process: it pickles, and without functions of
+    ``__main__`` (a spawned worker would re-run the user's script to find them, which fails
+    in a script without an ``if __name__ == "__main__":`` guard)."""
+    import pickle
+    try:
+        data = pickle.dumps(sampler)
+    except Exception:  # noqa: BLE001 - whatever pickle raises for a lambda, a closure...
+        return False
+    return b"__main__" not in data
 
 
 class _RunChain:
-    """A picklable ``run_chain`` call for process pools (the target is rebuilt there; the stop
-    flag is the worker process's own)."""
+    """A picklable ``run_chain`` call for other processes (the target is rebuilt there; the
+    stop flag is the worker's own; a SIGINT stops the chain, see parallel.interruptible)."""
 
-    def __init__(self, sampler, progress, stop_after):
-        self.sampler, self.progress, self.stop_after = sampler, progress, stop_after
+    def __init__(self, sampler, stop_after, seconds):
+        self.sampler, self.stop_after, self.seconds = sampler, stop_after, seconds
 
     def __call__(self, state):
-        return self.sampler.run_chain(state, progress=self.progress, stop_after=self.stop_after,
-                                      stop_flag=np.zeros(1, dtype=np.int32))
+        deadline = None if self.seconds is None else time.monotonic() + self.seconds
+        with interruptible():
+            return self.sampler.run_chain(state, stop_after=self.stop_after,
+                                          stop_flag=np.zeros(1, dtype=np.int32),
+                                          deadline=deadline)
 
 
 class _Guarded:

@@ -45,7 +45,7 @@ target_accept, max_energy_error
             self.start_adaptation(chain, state, generator)
 
     def sample(self, draws=1000, tune=1000, chains=1, rng=None, init=None, progress=True,
-               pool=None, checkpoint=None, checkpoint_every=1000):
+               pool="auto", checkpoint=None, checkpoint_every=1000):
         """Draw samples (see :meth:`ChainSampler.sample` for the arguments).
 
         Returns

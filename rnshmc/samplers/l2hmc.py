@@ -440,14 +440,15 @@ class L2HMC(ChainSampler):
             state.extras["parameters_checksum"] = _checksum(self.parameters)
         return states
 
-    def run_chain(self, state, ctarget=None, progress=False, stop_after=None, stop_flag=None):
+    def run_chain(self, state, ctarget=None, progress=False, stop_after=None, stop_flag=None,
+                  **options):
         if state.extras.get("parameters_checksum") != _checksum(self.parameters):
             raise ValueError("this chain was started with other L2HMC weights (trained or "
                              "loaded since): continue it with the sampler that started it")
-        return super().run_chain(state, ctarget, progress, stop_after, stop_flag)
+        return super().run_chain(state, ctarget, progress, stop_after, stop_flag, **options)
 
     def sample(self, draws=1000, tune=1000, chains=1, rng=None, init=None, progress=True,
-               pool=None, checkpoint=None, checkpoint_every=1000):
+               pool="auto", checkpoint=None, checkpoint_every=1000):
         """Draw samples with the current weights (see :meth:`ChainSampler.sample` for the
         arguments; ``tune`` iterations of burn-in are discarded, nothing is adapted).
 

@@ -186,6 +186,9 @@ class RMHMC(HMC):
             return GaussNewtonMetric(as_ctarget(target, target.dim), softabs=self.softabs)
         raise ValueError(f"metric must be 'fisher', 'gauss_newton' or a callable, got {metric!r}")
 
+    def uses_python_callables(self, dim):
+        return callable(self.metric) or super().uses_python_callables(dim)
+
     def new_chain(self, dynamics, state, test=None, delayed_acceptance=False):
         return Chain(dynamics, test, self._make_metric(state.dim),
                      GeneralizedLeapfrog(state.dim, self.fixed_point_tol,
@@ -194,7 +197,7 @@ class RMHMC(HMC):
                      delayed_acceptance=delayed_acceptance)
 
     def sample(self, draws=1000, tune=1000, chains=1, rng=None, init=None, progress=True,
-               pool=None, checkpoint=None, checkpoint_every=1000):
+               pool="auto", checkpoint=None, checkpoint_every=1000):
         """Draw samples (arguments as for :meth:`rnshmc.HMC.sample`; a process pool needs a
         picklable target and metric callables).
 
@@ -292,7 +295,7 @@ n_train, target_accept, max_energy_error, mass_matrix, inverse_mass_matrix, adap
         self.n_adapt = check_integer(n_adapt, "n_adapt", minimum=1)
 
     def sample(self, draws=1000, tune=1000, chains=1, rng=None, init=None, progress=True,
-               pool=None, checkpoint=None, checkpoint_every=1000):
+               pool="auto", checkpoint=None, checkpoint_every=1000):
         """Explore with exact HMC, fit the surrogate, then draw samples with the generalized
         leapfrog on it.
 

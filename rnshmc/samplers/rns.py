@@ -113,6 +113,14 @@ target_accept, max_energy_error
         None turns the watch off (then only a warning when acceptance collapses).
     trust_window, max_refits, refit_iterations, refit_growth
         See ``trust_ratio`` (defaults 50, 2, 200, 2.0).
+    share_surrogate : bool
+        Fit one surrogate to the training data of all the chains' explorations, pooled, and
+        sample every chain on it (default False: each chain fits its own to its own
+        exploration). The chains wait for each other at the end of their explorations (the
+        fit runs once, in the calling process); the trajectory length is chosen from the
+        pooled exploration's covariance. A chain whose surrogate the trust watch distrusts
+        refits a surrogate of its own. Pooling k chains' explorations gives the fit k times
+        the points for the same exact evaluations, so a shorter ``tune`` may do.
 
     Notes
     -----
@@ -148,7 +156,7 @@ target_accept, max_energy_error
                  mass_matrix=None,
                  inverse_mass_matrix=None, adapt_mass_matrix=None, target_accept=0.8,
                  max_energy_error=1000.0, trust_ratio=0.5, trust_window=50, max_refits=2,
-                 refit_iterations=200, refit_growth=2.0):
+                 refit_iterations=200, refit_growth=2.0, share_surrogate=False):
         super().__init__(target, step_size=step_size, n_steps=n_steps, jitter=jitter,
                          mass_matrix=mass_matrix, inverse_mass_matrix=inverse_mass_matrix,
                          adapt_mass_matrix=adapt_mass_matrix, target_accept=target_accept,
@@ -191,9 +199,10 @@ target_accept, max_energy_error
         self.refit_iterations = check_integer(refit_iterations, "refit_iterations", minimum=1)
         self.refit_growth = check_real(refit_growth, "refit_growth", lower=1.0,
                                        lower_inclusive=True)
+        self.share_surrogate = bool(share_surrogate)
 
     def sample(self, draws=1000, tune=200, chains=1, rng=None, init=None, progress=True,
-               pool=None, checkpoint=None, checkpoint_every=1000):
+               pool="auto", checkpoint=None, checkpoint_every=1000):
         """Explore with exact HMC, fit the surrogate, then draw samples.
 
         Parameters
@@ -276,6 +285,31 @@ target_accept, max_energy_error
         else:
             self._start_sampling(chain, state)
 
+    def waiting(self, state):
+        # with a shared surrogate, a chain that has explored waits for the pooled fit
+        return (self.share_surrogate and state.phase == "training" and not state.phase_started
+                and "surrogate" not in state.extras)
+
+    def join(self, states):
+        if any(RNSHMC.waiting(self, s) for s in states):
+            self._fit_shared(states)
+
+    def _fit_shared(self, states):
+        """One surrogate fitted to every chain's training data (in chain order, with chain
+        0's random stream), given to every chain, and the pooled exploration's covariance
+        for their trajectory lengths."""
+        from ..checkpoint import generator_from_json, generator_to_json
+        Q, U, G = (np.concatenate(parts) for parts in zip(*map(self._training_data, states)))
+        generator = generator_from_json(states[0].rng)
+        surrogate = self._fit(states[0], generator, Q, U, G, self.hidden_units(states[0].dim))
+        states[0].rng = generator_to_json(generator)
+        covariance = self._exploration_covariance(states)
+        for state in states:
+            state.extras["surrogate"] = states[0].extras["surrogate"]
+            state.extras["exploration_covariance"] = covariance
+            if state is not states[0]:
+                self._fitted(state, surrogate, U)
+
     def trajectory(self, name, state):
         if name == "sampling":
             exact = state.extras.get("dynamics") == "exact"
@@ -331,7 +365,9 @@ target_accept, max_energy_error
                 f"its last {accepted.size} iterations, so there is nothing to fit a surrogate "
                 "to. Its step size or mass matrix is unsuitable: give a smaller step_size, a "
                 "longer exploration, or let the exploration adapt (step_size=None).")
-        self._fit(state, generator, *self._training_data(state), self.hidden_units(state.dim))
+        if "surrogate" not in state.extras:  # (fitted already when shared)
+            self._fit(state, generator, *self._training_data(state),
+                      self.hidden_units(state.dim))
         state.extras.update(exploration_acceptance_rate=float(accepted.mean()),
                             explore_step_size=float(state.kernel["step_size"]),
                             dynamics="surrogate", surrogate_since=0, exact_until=None,
@@ -367,19 +403,28 @@ target_accept, max_energy_error
         surrogate's steps (surrogate dynamics, see ``surrogate_n_steps``), or an exact
         gradient per step (exact dynamics)."""
         from ..adaptation import trajectory_length_for_min_ess
-        states = state.outputs["exploration"]["samples"][self._training_window(state)]
-        covariance = np.atleast_2d(np.cov(states, rowvar=False))
-        distinct = len(np.unique(states, axis=0))
-        if distinct <= state.dim:
-            # too few distinct states (a short exploration in many dimensions) for a full-rank
-            # covariance: shrink it towards its diagonal (positive: _train made sure the
-            # chain moved, and a move changes every coordinate)
-            weight = state.dim / (distinct + state.dim)
-            covariance = (1 - weight) * covariance + weight * np.diag(np.diag(covariance))
+        covariance = state.extras.get("exploration_covariance")
+        if covariance is None:
+            covariance = self._exploration_covariance([state])
         n_steps, _ = trajectory_length_for_min_ess(
             covariance, state.inverse_mass, state.kernel["step_size"],
             self.jitter, self.MAX_AUTO_STEPS, per=per, step_cost=self.step_cost(state.dim))
         return n_steps
+
+    def _exploration_covariance(self, states):
+        """The covariance of the chains' training-window states (pooled)."""
+        samples = np.concatenate([s.outputs["exploration"]["samples"][self._training_window(s)]
+                                  for s in states])
+        dim = samples.shape[1]
+        covariance = np.atleast_2d(np.cov(samples, rowvar=False))
+        distinct = len(np.unique(samples, axis=0))
+        if distinct <= dim:
+            # too few distinct states (a short exploration in many dimensions) for a full-rank
+            # covariance: shrink it towards its diagonal (positive: _train made sure the
+            # chain moved, and a move changes every coordinate)
+            weight = dim / (distinct + dim)
+            covariance = (1 - weight) * covariance + weight * np.diag(np.diag(covariance))
+        return covariance
 
     def step_cost(self, dim):
         """A surrogate leapfrog step's cost in exact densities (see ``surrogate_step_cost``).
@@ -439,6 +484,8 @@ target_accept, max_energy_error
             self._segment_done(state, first, n)
             if state.iteration == stop < n_iter and self._review_trust(state, chain, generator):
                 break  # the dynamics changed: run_chain builds the new chain
+            if self.waiting(state) or bar.past_deadline():
+                break
         return ran
 
     def _segment_stop(self, state, n_iter):
@@ -556,6 +603,7 @@ target_accept, max_energy_error
             [np.nan if s["gradient_residual_"] is None else s["gradient_residual_"]
              for s in surrogates])
         result["delayed_acceptance"] = self.delayed_acceptance
+        result["share_surrogate"] = self.share_surrogate
         result["surrogate"] = surrogates
         result["exact_dynamics"] = np.stack(
             [s.outputs["sampling"].get("exact_dynamics", np.zeros(0, dtype=bool)) for s in states])
