@@ -210,7 +210,7 @@ def write_checkpoint(path, sampler, states, run):
     import os
     tree = SampleResult(format=_CHECKPOINT_FORMAT, sampler=type(sampler).__name__,
                         arguments=sampler.checkpoint_arguments(), run=dict(run),
-                        states=[_state_tree(state) for state in states],
+                        states=[_state_tree(state, sampler) for state in states],
                         target_check=_target_check(sampler.target, states[0]))
     path = os.fspath(path)
     temporary = f"{path}.partial.npz"  # the .npz suffix keeps numpy from adding one
@@ -225,10 +225,12 @@ def write_checkpoint(path, sampler, states, run):
             os.remove(temporary)
 
 
-def _state_tree(state):
+def _state_tree(state, sampler):
     """A state for a checkpoint: the phase under way's outputs cut to the rows drawn (their
-    full lengths kept in ``rows``: restored by :func:`_state_from_tree`)."""
+    full lengths kept in ``rows``: restored by :func:`_state_from_tree`), the sampler's
+    objects in its extras as arrays (``sampler.extras_to_save``)."""
     tree = state.to_dict()
+    tree["extras"] = sampler.extras_to_save(tree["extras"])
     tree["phases"] = [list(p) for p in state.phases]
     tree["rows"] = {}
     if not state.done:
@@ -312,6 +314,8 @@ def resume(path, target=None, progress=True, pool="auto"):
     try:
         cls = getattr(samplers, tree["sampler"])
         states = [_state_from_tree(s) for s in tree["states"]]
+        for state in states:
+            state.extras = cls.extras_restored(state.extras)
         arguments, run = dict(tree["arguments"]), dict(tree["run"])
         point, log_density = tree["target_check"]
     except (KeyError, TypeError, AttributeError, ValueError) as error:

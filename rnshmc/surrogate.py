@@ -629,25 +629,45 @@ class RandomNetworkSurrogate:
     # ------------------------------------------------------------------------------------------
     # state as plain arrays (checkpoints, results)
 
-    def get_state(self):
+    def get_state(self, online=False):
         """The surrogate as a dict of arrays, numbers and strings (saveable without pickle);
-        :meth:`from_state` rebuilds it, predicting identically."""
-        # the online estimator (partial_fit) is not kept: it needs a new fit with online=True
+        :meth:`from_state` rebuilds it, predicting identically.
+
+        Parameters
+        ----------
+        online : bool
+            Also keep the online estimator of :meth:`partial_fit` (its weights, Theta, Phi,
+            normal equations and pending rows: O(s^2) numbers), so that the rebuilt surrogate
+            goes on learning exactly as this one would. Default False: the estimator is
+            dropped (a rebuilt surrogate then needs a new fit with ``online=True``).
+        """
         state = {key: value for key, value in vars(self).items()
                  if key not in ("_rng", "_ctarget", "_online", "_fit_layer", "_fit_gradient")}
         if self._ctarget is not None:
             state["network"] = list(self._ctarget.__reduce__()[1])
+        if online and getattr(self, "_online", None) is not None:
+            state["online"] = dict(estimator=list(self._online.__reduce__()[1]),
+                                   fit_layer=list(self._fit_layer),
+                                   fit_gradient=None if self._fit_gradient is None
+                                   else list(self._fit_gradient))
         return state
 
     @classmethod
     def from_state(cls, state):
         """Rebuild a surrogate from :meth:`get_state` (its random stream is not kept)."""
+        from ._kernels._online import _rebuild
         surrogate = cls.__new__(cls)
         state = dict(state)
         network = state.pop("network", None)
+        online = state.pop("online", None)
         surrogate.__dict__.update(state)
         surrogate._rng = np.random.default_rng()
         surrogate._ctarget = None if network is None else NetworkTarget(*network)
+        if online is not None:
+            surrogate._online = _rebuild(*online["estimator"])
+            surrogate._fit_layer = tuple(online["fit_layer"])
+            surrogate._fit_gradient = (None if online["fit_gradient"] is None
+                                       else tuple(online["fit_gradient"]))
         return surrogate
 
     # ------------------------------------------------------------------------------------------

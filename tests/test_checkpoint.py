@@ -150,8 +150,9 @@ def test_an_existing_checkpoint_is_not_overwritten(saved_run):
 
 def test_samplers_that_cannot_checkpoint_say_so_before_sampling(tmp_path):
     target = rnshmc.Target(lambda q: -0.5 * q @ q, lambda q: -q, dim=2)
-    with pytest.raises(ValueError, match="ARNS-HMC runs cannot be checkpointed"):
-        rnshmc.ARNSHMC(target).sample(10, tune=50, progress=False, checkpoint=tmp_path / "a")
+    with pytest.raises(ValueError, match="custom adaptation_rate"):
+        rnshmc.ARNSHMC(target, adaptation_rate=lambda t: 1 / t).sample(
+            10, tune=50, progress=False, checkpoint=tmp_path / "a")
     metric = lambda q: np.eye(2)
     with pytest.raises(ValueError, match="cannot checkpoint its argument metric"):
         rnshmc.RMHMC(target, metric=metric, metric_derivatives=lambda q: np.zeros((2, 2, 2)),
@@ -184,3 +185,29 @@ def test_l2hmc_checkpoint_keeps_weights_and_standardisation(tmp_path):
     write_checkpoint(path, l2, states, dict(draws=150, checkpoint_every=1000))
     resumed = rnshmc.resume(path, progress=False)
     np.testing.assert_array_equal(resumed.samples, full.samples)
+
+
+@pytest.mark.parametrize("share", [False, True])
+@pytest.mark.parametrize("stop", [150, 260, 420])
+def test_arns_checkpoints_keep_the_online_estimator(share, stop, tmp_path):
+    """ARNS-HMC's chains (their online estimator: weights, Theta, the normal equations and
+    their pending rows; the install stream), stopped at the end of the exploration and
+    during sampling, resume to the uninterrupted draws; with a shared estimator too."""
+    from rnshmc.checkpoint import write_checkpoint
+    model = rnshmc.models.Gaussian(np.arange(3.0), covariance=np.eye(3) + 0.5)
+    sampler = rnshmc.ARNSHMC(model, n_hidden=15, share_surrogate=share)
+    kwargs = dict(draws=400, tune=150, chains=2, rng=3)
+    full = sampler.sample(**kwargs, progress=False, pool=None)
+    states = sampler.init_states(**kwargs)
+    while True:  # as continue_run: join the chains whenever they all wait
+        states = sampler.run_states(states, progress=False, stop_after=stop)
+        if all(sampler.waiting(s) or s.done for s in states) and any(map(sampler.waiting, states)):
+            sampler.join(states)
+        else:
+            break
+    path = tmp_path / "run.npz"
+    write_checkpoint(path, sampler, states, dict(draws=400, checkpoint_every=1000))
+    resumed = rnshmc.resume(path, progress=False)
+    np.testing.assert_array_equal(resumed.samples, full.samples)
+    np.testing.assert_array_equal(resumed.installed, full.installed)
+    np.testing.assert_array_equal(resumed.n_online_points, full.n_online_points)

@@ -75,9 +75,39 @@ class ARNSHMC(RNSHMC):
         self.freeze_after = None if freeze_after is None else check_integer(
             freeze_after, "freeze_after", minimum=0)
 
+    # saved as the default's absence (a Python function cannot be saved without pickle)
+    NOT_CHECKPOINTED = ("adaptation_rate",)
+
     def checkpoint_arguments(self):
-        raise ValueError("ARNS-HMC runs cannot be checkpointed yet: the online estimator of a "
-                         "chain's state does not save to .npz")
+        if self.adaptation_rate is not _inverse_sqrt:
+            raise ValueError("ARNS-HMC cannot checkpoint a run with a custom adaptation_rate "
+                             "(a Python function is not saved without pickle): use the "
+                             "default 1/sqrt(t)")
+        return super().checkpoint_arguments()
+
+    @staticmethod
+    def extras_to_save(extras):
+        # the online estimator (weights, Theta, Phi, normal equations, pending rows) as
+        # arrays, the install stream as JSON
+        from ..checkpoint import generator_to_json
+        extras = dict(extras)
+        if "online_surrogate" in extras:
+            extras["online_surrogate"] = extras["online_surrogate"].get_state(online=True)
+        if "install_rng" in extras:
+            extras["install_rng"] = generator_to_json(extras["install_rng"])
+        return extras
+
+    @staticmethod
+    def extras_restored(extras):
+        from ..checkpoint import generator_from_json
+        from ..surrogate import RandomNetworkSurrogate
+        extras = dict(extras)
+        if "online_surrogate" in extras:
+            extras["online_surrogate"] = RandomNetworkSurrogate.from_state(
+                extras["online_surrogate"])
+        if "install_rng" in extras:
+            extras["install_rng"] = generator_from_json(extras["install_rng"])
+        return extras
 
     def sample(self, draws=1000, tune=200, chains=1, rng=None, init=None, progress=True,
                pool="auto", checkpoint=None, checkpoint_every=1000):

@@ -207,6 +207,17 @@ class ChainSampler:
         """The sampler of a checkpoint (inverse of :meth:`checkpoint_arguments`)."""
         return cls(target, **arguments)
 
+    @staticmethod
+    def extras_to_save(extras):
+        """A chain state's ``extras`` as a checkpoint saves them: objects as arrays (a copy
+        where anything changes; see :meth:`extras_restored`)."""
+        return extras
+
+    @staticmethod
+    def extras_restored(extras):
+        """Inverse of :meth:`extras_to_save`."""
+        return extras
+
     # ------------------------------------------------------------------------------------------
     # what a sampler declares (overridden by the samplers)
 
