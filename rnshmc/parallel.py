@@ -140,7 +140,7 @@ def local_pool(chains, processes):
     if workers < 2:
         yield None
         return
-    blas = max(1, cores // workers)
+    blas = max(1, cores // workers)  # = threads_per_chain
     if processes:
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
@@ -183,8 +183,17 @@ def _main_module_hidden():
 
 
 @contextlib.contextmanager
-def blas_limits(threads):
-    """At most ``threads`` BLAS/OpenMP threads in this process while the block runs."""
+def blas_limits(threads, user_api=None):
+    """At most ``threads`` BLAS/OpenMP threads while the block runs: BLAS's limit is the
+    process's; OpenMP's is the calling thread's own (``user_api="openmp"`` in a pool's
+    thread limits that thread's OpenMP kernels)."""
     from threadpoolctl import threadpool_limits
-    with threadpool_limits(limits=threads):
+    with threadpool_limits(limits=threads, user_api=user_api):
         yield
+
+
+def threads_per_chain(pool, chains):
+    """The BLAS/OpenMP threads each of ``chains`` chains on the thread pool ``pool`` gets:
+    this machine's cores shared among the chains that run at once."""
+    workers = min(chains, getattr(pool, "_max_workers", chains))
+    return max(1, (os.cpu_count() or 1) // max(workers, 1))

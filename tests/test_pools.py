@@ -68,6 +68,29 @@ def test_a_thread_pool_limits_blas_threads_per_chain():
     assert all(n == 1 for n in inside.values()), inside
 
 
+@pytest.mark.skipif(CORES < 2, reason="one core: nothing to limit")
+def test_chains_on_pool_threads_limit_their_openmp_threads():
+    """OpenMP's thread limit is per thread: each chain's thread sets its own, so that two
+    chains' OpenMP kernels (the logistic model's) do not each take every core."""
+    import threading
+    from threadpoolctl import threadpool_info
+    import rnshmc._kernels._logistic  # noqa: F401 - loads the OpenMP runtime
+    if not any(lib["user_api"] == "openmp" for lib in threadpool_info()):
+        pytest.skip("no OpenMP runtime loaded")
+    seen = {}
+
+    def logp(q):
+        seen[threading.get_ident()] = [lib["num_threads"] for lib in threadpool_info()
+                                       if lib["user_api"] == "openmp"]
+        return -0.5 * q @ q
+
+    target = rnshmc.Target(logp, grad_logp=lambda q: -q, dim=2)
+    with ThreadPoolExecutor(2) as pool:
+        rnshmc.HMC(target, step_size=0.5, n_steps=2).sample(5, tune=0, chains=2, rng=0,
+                                                            progress=False, pool=pool)
+    assert seen and all(n == [CORES // 2] * len(n) for n in seen.values()), seen
+
+
 def test_default_parallel_chains_equal_serial_chains():
     model = rnshmc.models.Gaussian(np.array([1.0, -1.0, 0.5]),
                                    covariance=np.diag([1.0, 2.0, 0.5]))

@@ -31,7 +31,7 @@ from ..adaptation import WarmupSchedule, initial_step_size, regularized_variance
 from ..checkpoint import ChainState, checkpoint_interval, generator_from_json, generator_to_json
 from ..results import SampleResult
 from ..parallel import (blas_limits, chain_generators, interruptible, local_pool, map_chains,
-                        runs_in_other_processes)
+                        runs_in_other_processes, threads_per_chain)
 from ..targets import as_ctarget, check_target, target_dim
 from ..validation import check_integer, check_per_chain_real, check_real
 
@@ -437,8 +437,7 @@ class ChainSampler:
             with local_pool(chains, processes) as executor:
                 yield executor
         elif pool is not None and not runs_in_other_processes(pool):
-            with blas_limits(max(1, (os.cpu_count() or 1) // min(
-                    chains, getattr(pool, "_max_workers", chains)))):
+            with blas_limits(threads_per_chain(pool, chains)):
                 yield pool
         else:
             yield pool
@@ -483,11 +482,16 @@ class ChainSampler:
         else:
             ctarget = as_ctarget(self.target, states[0].dim)  # shared: it holds no scratch
             several = len(states) > 1 and pool is not None
+            # a pool thread's OpenMP kernels (the logistic model's) share the cores with the
+            # other chains' (OpenMP's limit is per thread; BLAS's is set by _pool)
+            threads = threads_per_chain(pool, len(states)) if several else None
 
             def run(state):
-                return self.run_chain(state, ctarget, progress=progress, stop_after=stop_after,
-                                      stop_flag=stop, deadline=deadline,
-                                      position=state.chain if several else None)
+                with blas_limits(threads, "openmp") if threads else contextlib.nullcontext():
+                    return self.run_chain(state, ctarget, progress=progress,
+                                          stop_after=stop_after, stop_flag=stop,
+                                          deadline=deadline,
+                                          position=state.chain if several else None)
         try:
             outcomes = map_chains(_Guarded(run, stop), states, pool, stop)
         except KeyboardInterrupt as interrupt:  # while waiting for a pool's chains
