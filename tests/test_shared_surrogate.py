@@ -129,3 +129,9 @@ def test_checkpoint_every_seconds(model, tmp_path):
     assert path.exists()
     with pytest.raises(ValueError, match="duration"):
         sampler.sample(**kwargs, checkpoint=tmp_path / "other.npz", checkpoint_every="soon")
+    # a deadline already past still moves every chain on (by a chunk), so a run whose chains
+    # start slowly cannot loop forever between checkpoints
+    import time
+    states = sampler.init_states(draws=300, tune=100, chains=2, rng=9)
+    states = sampler.run_states(states, progress=False, deadline=time.monotonic() - 1)
+    assert all(s.iteration > 0 for s in states)

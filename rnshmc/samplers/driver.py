@@ -525,9 +525,11 @@ class ChainSampler:
         bar = Progress(progress, min(budget, state.iterations_left()),
                        f"{self.name} chain {state.chain}", position)
         bar.deadline = deadline
+        started = budget
         try:
             while not state.done and (budget > 0 or state.phases[state.phase_index][1] == 0):
-                if self.waiting(state) or bar.past_deadline():
+                # (the deadline only after some progress: a run must move forward)
+                if self.waiting(state) or (budget < started and bar.past_deadline()):
                     break
                 name, n_iter = state.phases[state.phase_index]
                 start = time.perf_counter()
