@@ -58,8 +58,14 @@ def map_chains(function, tasks, pool=None, stop=None):
     if not hasattr(pool, "submit"):
         raise TypeError("pool must be a concurrent.futures.Executor (with a submit method) "
                         "or a dask.distributed.Client")
-    options = dict(pure=False) if is_dask(pool) else {}
-    futures = [pool.submit(function, task, **options) for task in tasks]
+    if is_dask(pool):
+        client = getattr(pool, "_client", pool)  # a Client, or its executor's
+        # the function (the sampler and its model: a large data set) goes to the workers
+        # once, not once a task
+        function = client.scatter(function, broadcast=True, hash=False)
+        futures = [client.submit(_call, function, task, pure=False) for task in tasks]
+    else:
+        futures = [pool.submit(function, task) for task in tasks]
     try:
         return [future.result() for future in futures]
     except KeyboardInterrupt as interrupt:
@@ -72,6 +78,10 @@ def map_chains(function, tasks, pool=None, stop=None):
         interrupt.outcomes = [None if future.cancelled() else future.result()
                               for future in futures]
         raise
+
+
+def _call(function, task):
+    return function(task)
 
 
 def _interrupt_workers(pool):
