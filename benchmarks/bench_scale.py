@@ -21,6 +21,7 @@
 
     OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 python benchmarks/bench_scale.py [--draws 200]
         [--checkpoint-draws 5000] [--rounds 3] [--shared-draws 2000] [--tunes 200 100 50]
+        [--problems pde logistic] [--seed 0]
 """
 import argparse
 import multiprocessing
@@ -134,7 +135,7 @@ def shared_section(args):
                              cls(model, share_surrogate=True), tune))
         hmc = None
         for label, sampler, tune in runs:
-            result = sampler.sample(args.shared_draws, tune=tune, chains=4, rng=0,
+            result = sampler.sample(args.shared_draws, tune=tune, chains=4, rng=args.seed,
                                     init=np.zeros(model.dim), progress=False)
             evals, seconds, ess = cost_to_min_ess(result)
             cost = (evals, seconds)
@@ -155,6 +156,7 @@ def main(argv=None):
     parser.add_argument("--problems", nargs="+", default=["pde", "logistic"],
                         choices=["pde", "logistic"], help="section c's problems")
     parser.add_argument("--shared-draws", type=int, default=2000)
+    parser.add_argument("--seed", type=int, default=0, help="section c's chains' seed")
     parser.add_argument("--tunes", type=int, nargs="+", default=[200, 100, 50])
     parser.add_argument("--draws", type=int, default=200)
     parser.add_argument("--checkpoint-draws", type=int, default=5000)
