@@ -10,12 +10,14 @@ except ImportError as error:  # pragma: no cover - depends on how the package is
 from . import datasets, diagnostics, fem, models
 from .checkpoint import ChainState, resume
 from .results import SampleResult, load
-from .samplers import ARNSHMC, HMC, L2HMC, RMHMC, RNSHMC, RNSRMHMC
+from .samplers import (ARNSHMC, HMC, L2HMC, RMHMC, RNSHMC, RNSRMHMC, AdaptiveMetropolis,
+                       GradientFreeRNSHMC)
 from .surrogate import RandomNetworkSurrogate
 from .targets import Target
 
 __version__ = "0.1.0"
 
-__all__ = ["HMC", "RNSHMC", "ARNSHMC", "RMHMC", "RNSRMHMC", "L2HMC", "RandomNetworkSurrogate", "Target", "SampleResult", "load", "ChainState", "resume",
+__all__ = ["HMC", "RNSHMC", "ARNSHMC", "RMHMC", "RNSRMHMC", "L2HMC", "GradientFreeRNSHMC",
+           "AdaptiveMetropolis", "RandomNetworkSurrogate", "Target", "SampleResult", "load", "ChainState", "resume",
            "models", "datasets", "diagnostics", "fem",
            "__version__"]

@@ -299,7 +299,8 @@ target_accept, max_energy_error
         0's random stream), given to every chain, and the pooled exploration's covariance
         for their trajectory lengths."""
         from ..checkpoint import generator_from_json, generator_to_json
-        Q, U, G = (np.concatenate(parts) for parts in zip(*map(self._training_data, states)))
+        Q, U, G = (None if parts[0] is None else np.concatenate(parts)  # (G: None without
+                   for parts in zip(*map(self._training_data, states)))     # gradients)
         generator = generator_from_json(states[0].rng)
         surrogate = self._fit(states[0], generator, Q, U, G, self.hidden_units(states[0].dim))
         states[0].rng = generator_to_json(generator)
@@ -347,12 +348,16 @@ target_accept, max_energy_error
     def _fit(self, state, generator, Q, U, G, n_hidden):
         """Fit a new surrogate and make it the chain's."""
         surrogate = RandomNetworkSurrogate(state.dim, rng=generator.spawn(1)[0],
-                                           **dict(self.surrogate_options, n_hidden=n_hidden))
+                                           **self._surrogate_options(state.dim, n_hidden))
         surrogate.fit(Q, U, gradients=G if self.gradient_weight > 0 else None,
                       gradient_weight=self.gradient_weight, online=self.ONLINE)
         state.extras["surrogate"] = surrogate.get_state()
         self._fitted(state, surrogate, U)
         return surrogate
+
+    def _surrogate_options(self, dim, n_hidden):
+        """The RandomNetworkSurrogate arguments of a fit in ``dim`` dimensions."""
+        return dict(self.surrogate_options, n_hidden=n_hidden)
 
     def _train(self, state, generator):
         """Fit the surrogate to the exploration's last states (and choose the sampling
