@@ -88,6 +88,8 @@ def _interrupt_workers(pool):
     """Send SIGINT to the workers of a process pool made by :func:`local_pool` (they ignore it
     between tasks): a SIGINT to this process alone would not reach them."""
     import signal
+    if os.name != "posix":  # (Windows has no SIGINT to send to another process)
+        return
     if getattr(pool, "_rnshmc_owned", False) and hasattr(pool, "_processes"):
         for pid in list(pool._processes or {}):
             try:
