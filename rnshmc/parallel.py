@@ -141,19 +141,18 @@ def _limit_blas(threads):
 
 @contextlib.contextmanager
 def local_pool(chains, processes):
-    """The executor that runs ``chains`` chains in parallel on this machine's cores by default,
-    and the BLAS thread limits that go with it: None (serial) for one chain or one core; a
-    thread pool (``processes=False``: C-level targets, whose loops release the GIL) or a
-    process pool (spawned workers: Python callables, which hold the GIL). Either way
-    ``cores // workers`` BLAS threads per chain (threadpoolctl), so the chains do not
-    oversubscribe the cores."""
+    """The executor that runs ``chains`` chains in parallel on this machine's cores by default:
+    None (serial) for one chain or one core; a thread pool (``processes=False``: C-level
+    targets, whose loops release the GIL; the caller limits its BLAS threads, see
+    :func:`threads_per_chain`) or a process pool (spawned workers: Python callables, which
+    hold the GIL) whose workers each limit theirs to ``cores // workers``."""
     cores = os.cpu_count() or 1
     workers = min(chains, cores)
     if workers < 2:
         yield None
         return
-    blas = max(1, cores // workers)  # = threads_per_chain
     if processes:
+        blas = max(1, cores // workers)
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
         pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
@@ -166,7 +165,7 @@ def local_pool(chains, processes):
             yield pool
     else:
         from concurrent.futures import ThreadPoolExecutor
-        with ThreadPoolExecutor(workers) as pool, blas_limits(blas):
+        with ThreadPoolExecutor(workers) as pool:
             yield pool
 
 

@@ -426,20 +426,19 @@ class ChainSampler:
 
     @contextlib.contextmanager
     def _pool(self, pool, chains, dim):
-        """The executor of ``pool`` (see :meth:`sample`); "auto" makes one for the run."""
-        if isinstance(pool, str):
-            if pool != "auto":
-                raise ValueError(f"pool must be 'auto', None, an executor or a Dask client, "
-                                 f"got {pool!r}")
-            processes = self.uses_python_callables(dim)
-            if processes and not _pickles(self):
-                processes, chains = False, 1  # serially: see sample()
-            with local_pool(chains, processes) as executor:
-                yield executor
-        elif pool is not None and not runs_in_other_processes(pool):
-            with blas_limits(threads_per_chain(pool, chains)):
-                yield pool
-        else:
+        """The executor of ``pool`` (see :meth:`sample`; "auto" makes one for the run), with
+        a thread pool's BLAS threads limited to the chains' share of the cores."""
+        with contextlib.ExitStack() as stack:
+            if isinstance(pool, str):
+                if pool != "auto":
+                    raise ValueError(f"pool must be 'auto', None, an executor or a Dask "
+                                     f"client, got {pool!r}")
+                processes = self.uses_python_callables(dim)
+                if processes and not _pickles(self):
+                    processes, chains = False, 1  # serially: see sample()
+                pool = stack.enter_context(local_pool(chains, processes))
+            if pool is not None and not runs_in_other_processes(pool):
+                stack.enter_context(blas_limits(threads_per_chain(pool, chains)))
             yield pool
 
     def init_states(self, draws=1000, tune=1000, chains=1, rng=None, init=None):
