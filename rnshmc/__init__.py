@@ -8,16 +8,18 @@ except ImportError as error:  # pragma: no cover - depends on how the package is
         "another directory (or use the `rnshmc` command), or build in place with "
         "`python setup.py build_ext --inplace`.") from error
 from . import datasets, diagnostics, fem, models
-from .checkpoint import ChainState, resume
+from .state import ChainState
 from .results import SampleResult, load
+from .samplers.checkpoint import resume
 from .samplers import (ARNSHMC, HMC, L2HMC, RMHMC, RNSHMC, RNSRMHMC, AdaptiveMetropolis,
                        GradientFreeRNSHMC)
+from .serve import serve_surrogate
 from .surrogate import RandomNetworkSurrogate
 from .targets import Target
 
 __version__ = "0.1.0"
 
 __all__ = ["HMC", "RNSHMC", "ARNSHMC", "RMHMC", "RNSRMHMC", "L2HMC", "GradientFreeRNSHMC",
-           "AdaptiveMetropolis", "RandomNetworkSurrogate", "Target", "SampleResult", "load", "ChainState", "resume",
+           "AdaptiveMetropolis", "RandomNetworkSurrogate", "serve_surrogate", "Target", "SampleResult", "load", "ChainState", "resume",
            "models", "datasets", "diagnostics", "fem",
            "__version__"]

@@ -4,6 +4,8 @@ import argparse
 import sys
 
 from . import demos
+from .demos import CommandLineError
+from .serve import load_surrogate, serve_surrogate
 
 
 def main(argv=None):
@@ -83,8 +85,27 @@ def build_parser():
 
 
 def _serve(args):
-    from .serve import run_command
-    return run_command(args)
+    """``rnshmc serve SURROGATE.npz``: serve the file's surrogate until Ctrl-C."""
+    if not 0 <= args.port <= 65535:
+        raise CommandLineError(f"--port must be from 0 to 65535, got {args.port}")
+    try:
+        surrogate = load_surrogate(args.surrogate, chain=args.chain)
+    except FileNotFoundError:
+        raise CommandLineError(f"{args.surrogate!r}: no such file") from None
+    except OSError as error:
+        raise CommandLineError(f"cannot read {args.surrogate!r}: "
+                               f"{error.strerror or error}") from None
+    except ValueError as error:
+        raise CommandLineError(str(error)) from None
+    try:
+        server = serve_surrogate(surrogate, port=args.port, host=args.host, name=args.name,
+                                 block=False)
+    except (ImportError, OSError, ValueError) as error:
+        raise CommandLineError(str(error)) from None
+    print(f"rnshmc: serving the surrogate of {args.surrogate} (dim {surrogate.dim}) as the "
+          f"UM-Bridge model {args.name!r} at {server.url}; Ctrl-C stops", flush=True)
+    server.wait()
+    return 0
 
 
 def add_run_options(parser, draws, tune, quick_draws, quick_tune, tune_help):

@@ -59,7 +59,7 @@ def logistic(args):
     elapsed = time.perf_counter() - start
     ess = result.ess()
     sampling = result.timings["sampling"]
-    print(f"  HMC (eps={sampler.step_size if sampler.step_size else 'adapted'}, L={args.n_steps} "
+    print(f"  HMC (eps={step_size if step_size else 'adapted'}, L={args.n_steps} "
           f"jittered), {args.chains} chain(s) x {draws} draws after {tune} warm-up, {elapsed:.1f} s")
     print(f"  acceptance {np.mean(result.acceptance_rate):.3f}, divergences {int(result.diverging.sum())}")
     print(f"  ESS (min, median, max) = ({ess.min():.0f}, {np.median(ess):.0f}, {ess.max():.0f}); "

@@ -5,7 +5,7 @@ UM-Bridge (https://um-bridge-benchmarks.readthedocs.io) any UM-Bridge client -- 
 C++, MATLAB, R or Julia, or :class:`rnshmc.models.UMBridgeModel` -- can evaluate it and its
 gradient::
 
-    server = surrogate.serve(port=4242, block=False)    # or: rnshmc serve result.npz
+    server = rnshmc.serve_surrogate(surrogate, port=4242, block=False)    # or: rnshmc serve result.npz
     ...
     server.stop()
 
@@ -28,6 +28,8 @@ import threading
 import numpy as np
 
 from .models.umbridge import import_umbridge
+from .results import load
+from .surrogate import RandomNetworkSurrogate
 
 __all__ = ["serve_surrogate", "serve_models", "load_surrogate", "UMBridgeServer"]
 
@@ -331,12 +333,11 @@ def serve_surrogate(surrogate, port=4242, host="127.0.0.1", name="surrogate", bl
 
     Examples
     --------
-    >>> with surrogate.serve(port=0, block=False) as server:           # doctest: +SKIP
+    >>> with rnshmc.serve_surrogate(surrogate, port=0, block=False) as server:           # doctest: +SKIP
     ...     model = rnshmc.models.UMBridgeModel(server.url, "surrogate")
     ...     model.log_density(q) == -surrogate.potential(q)
     True
     """
-    from .surrogate import RandomNetworkSurrogate
     if not isinstance(surrogate, RandomNetworkSurrogate):
         raise TypeError(f"surrogate must be a RandomNetworkSurrogate, got "
                         f"{type(surrogate).__name__}")
@@ -372,8 +373,6 @@ def load_surrogate(path, chain=0):
     ValueError
         If it is not such a file, holds no surrogate, or no chain ``chain``.
     """
-    from .results import load
-    from .surrogate import RandomNetworkSurrogate
     result = load(path)
     states = result.get("surrogate")
     if isinstance(states, dict):
@@ -393,28 +392,3 @@ def load_surrogate(path, chain=0):
     if not surrogate.fitted:
         raise ValueError(f"{str(path)!r}: chain {chain}'s surrogate is not fitted")
     return surrogate
-
-
-def run_command(args):
-    """``rnshmc serve SURROGATE.npz``: serve the file's surrogate until Ctrl-C."""
-    from .demos import CommandLineError
-    if not 0 <= args.port <= 65535:
-        raise CommandLineError(f"--port must be from 0 to 65535, got {args.port}")
-    try:
-        surrogate = load_surrogate(args.surrogate, chain=args.chain)
-    except FileNotFoundError:
-        raise CommandLineError(f"{args.surrogate!r}: no such file") from None
-    except OSError as error:
-        raise CommandLineError(f"cannot read {args.surrogate!r}: "
-                               f"{error.strerror or error}") from None
-    except ValueError as error:
-        raise CommandLineError(str(error)) from None
-    try:
-        server = serve_surrogate(surrogate, port=args.port, host=args.host, name=args.name,
-                                 block=False)
-    except (ImportError, OSError, ValueError) as error:
-        raise CommandLineError(str(error)) from None
-    print(f"rnshmc: serving the surrogate of {args.surrogate} (dim {surrogate.dim}) as the "
-          f"UM-Bridge model {args.name!r} at {server.url}; Ctrl-C stops", flush=True)
-    server.wait()
-    return 0

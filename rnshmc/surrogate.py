@@ -669,36 +669,3 @@ class RandomNetworkSurrogate:
             surrogate._fit_gradient = (None if online["fit_gradient"] is None
                                        else tuple(online["fit_gradient"]))
         return surrogate
-
-    # ------------------------------------------------------------------------------------------
-    # serving
-
-    def serve(self, port=4242, host="127.0.0.1", name="surrogate", block=True):
-        """Serve the fitted surrogate as an UM-Bridge model (``pip install rnshmc[umbridge]``):
-        input sizes ``[dim]``, output sizes ``[1]``, output the log density ``-z(q)`` (minus
-        :meth:`potential`), with gradient. See :func:`rnshmc.serve.serve_surrogate`.
-
-        Parameters
-        ----------
-        port : int
-            TCP port (default 4242); 0 lets the system choose a free one.
-        host : str
-            Address to listen on (default ``"127.0.0.1"``: this machine only).
-        name : str
-            The model's name (default ``"surrogate"``).
-        block : bool
-            True (default): serve until Ctrl-C. False: serve from a background thread.
-
-        Returns
-        -------
-        rnshmc.serve.UMBridgeServer or None
-            With ``block=False`` the running server (``.url``, ``.stop()``, a context
-            manager), else None.
-
-        Raises
-        ------
-        RuntimeError
-            If the surrogate is not fitted.
-        """
-        from .serve import serve_surrogate
-        return serve_surrogate(self, port=port, host=host, name=name, block=block)

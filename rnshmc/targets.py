@@ -12,9 +12,10 @@ C loop takes the GIL around each call, so exceptions propagate with their traceb
 """
 import numpy as np
 
+from ._kernels._metropolis import PotentialOnly
 from ._kernels._targets import CTarget, PyCallableTarget
 
-__all__ = ["Target", "as_ctarget"]
+__all__ = ["Target", "as_ctarget", "without_gradient"]
 
 
 class Target:
@@ -152,3 +153,45 @@ def as_ctarget(target, dim=None):
         return PyCallableTarget(dim, logp=target.log_density,
                                 logp_and_grad=gradient if callable(gradient) else None)
     raise _not_a_target(target)
+
+
+def without_gradient(model):
+    """A model seen without its gradient: a sampler given it can only evaluate densities, and
+    asking for a gradient raises (for checks and comparisons).
+
+    Parameters
+    ----------
+    model : built-in model, rnshmc.Target or BridgeStan-style object
+        A built-in model (``rnshmc.models.*``) keeps its C-level density (and its
+        ``density_flops``); a Python target is called through its ``log_density``.
+
+    Returns
+    -------
+    object
+        With ``dim``, ``log_density(q)`` and ``has_gradient`` False.
+
+    Examples
+    --------
+    >>> import numpy as np, rnshmc
+    >>> from rnshmc.targets import without_gradient
+    >>> model = without_gradient(rnshmc.models.Gaussian(np.zeros(2), np.eye(2)))
+    >>> model.has_gradient, model.log_density(np.ones(2))
+    (False, -1.0)
+    """
+    return _DensityOnly(model)
+
+
+class _DensityOnly:
+    has_gradient = False
+
+    def __init__(self, model):
+        self.model = model
+        self.dim = target_dim(model)
+        self.density_flops = getattr(model, "density_flops", None)
+        self._ctarget = PotentialOnly(as_ctarget(model, self.dim))
+
+    def log_density(self, q):
+        return -self._ctarget.eval_potential(q)
+
+    def __reduce__(self):
+        return (_DensityOnly, (self.model,))

@@ -99,14 +99,14 @@ def test_checkpoints_in_any_phase_resume_exactly(stop, tmp_path):
     """RNS-HMC with its default training data (every leapfrog step of the exploration,
     which a checkpoint cuts to the rows drawn and restores), stopped in the exploration, at
     its end, and in sampling."""
-    from rnshmc.checkpoint import write_checkpoint
+    from rnshmc.samplers.checkpoint import Checkpointer
     model = rnshmc.models.Gaussian(np.arange(3.0), covariance=np.eye(3))
     sampler = rnshmc.RNSHMC(model, n_hidden=40)
     kwargs = dict(draws=100, tune=200, chains=2, rng=8)
     full = sampler.sample(**kwargs, progress=False)
     states = sampler.run_states(sampler.init_states(**kwargs), progress=False, stop_after=stop)
     path = tmp_path / "run.npz"
-    write_checkpoint(path, sampler, states, dict(draws=100, checkpoint_every=1000))
+    Checkpointer(path, sampler, dict(draws=100, checkpoint_every=1000)).write(states)
     resumed = rnshmc.resume(path, progress=False)
     np.testing.assert_array_equal(resumed.samples, full.samples)
     np.testing.assert_array_equal(resumed.n_gradient_evals, full.n_gradient_evals)
@@ -173,7 +173,7 @@ def test_resume_needs_the_target_of_a_user_model(tmp_path):
 
 
 def test_l2hmc_checkpoint_keeps_weights_and_standardisation(tmp_path):
-    from rnshmc.checkpoint import write_checkpoint
+    from rnshmc.samplers.checkpoint import Checkpointer
     model = rnshmc.models.Gaussian(np.array([3.0, -1.0]), covariance=np.diag([4.0, 0.25]))
     l2 = rnshmc.L2HMC(model, n_steps=4, rng=np.random.default_rng(2),
                       standardize=(np.array([3.0, -1.0]), np.array([2.0, 0.5])))
@@ -182,9 +182,28 @@ def test_l2hmc_checkpoint_keeps_weights_and_standardisation(tmp_path):
     full = l2.sample(**kwargs, progress=False)
     states = l2.run_states(l2.init_states(**kwargs), progress=False, stop_after=120)
     path = tmp_path / "run.npz"
-    write_checkpoint(path, l2, states, dict(draws=150, checkpoint_every=1000))
+    Checkpointer(path, l2, dict(draws=150, checkpoint_every=1000)).write(states)
     resumed = rnshmc.resume(path, progress=False)
     np.testing.assert_array_equal(resumed.samples, full.samples)
+
+
+def test_l2hmc_on_a_surrogate_checkpoints_and_resumes_exactly(tmp_path):
+    """The surrogate (as arrays), the weights and the exploration's record are saved; the
+    resumed run gives the uninterrupted draws and counts."""
+    from rnshmc.samplers.checkpoint import Checkpointer
+    model = rnshmc.models.Gaussian(np.array([1.0, -1.0, 0.5]), covariance=np.eye(3) + 0.3)
+    l2 = rnshmc.L2HMC.with_surrogate(model, tune=100, rng=0, progress=False, n_steps=3,
+                                     rns_options=dict(n_hidden=40))
+    l2.train(5, chains=8, rng=1, progress=False)
+    kwargs = dict(draws=120, tune=30, chains=2, rng=4)
+    full = l2.sample(**kwargs, progress=False)
+    states = l2.run_states(l2.init_states(**kwargs), progress=False, stop_after=70)
+    path = tmp_path / "run.npz"
+    Checkpointer(path, l2, dict(draws=120, checkpoint_every=1000)).write(states)
+    resumed = rnshmc.resume(path, progress=False)
+    np.testing.assert_array_equal(resumed.samples, full.samples)
+    np.testing.assert_array_equal(resumed.n_density_evals, full.n_density_evals)
+    assert resumed.n_density_evals_explore == full.n_density_evals_explore
 
 
 @pytest.mark.parametrize("share", [False, True])
@@ -193,7 +212,7 @@ def test_arns_checkpoints_keep_the_online_estimator(share, stop, tmp_path):
     """ARNS-HMC's chains (their online estimator: weights, Theta, the normal equations and
     their pending rows; the install stream), stopped at the end of the exploration and
     during sampling, resume to the uninterrupted draws; with a shared estimator too."""
-    from rnshmc.checkpoint import write_checkpoint
+    from rnshmc.samplers.checkpoint import Checkpointer
     model = rnshmc.models.Gaussian(np.arange(3.0), covariance=np.eye(3) + 0.5)
     sampler = rnshmc.ARNSHMC(model, n_hidden=15, share_surrogate=share)
     kwargs = dict(draws=400, tune=150, chains=2, rng=3)
@@ -206,7 +225,7 @@ def test_arns_checkpoints_keep_the_online_estimator(share, stop, tmp_path):
         else:
             break
     path = tmp_path / "run.npz"
-    write_checkpoint(path, sampler, states, dict(draws=400, checkpoint_every=1000))
+    Checkpointer(path, sampler, dict(draws=400, checkpoint_every=1000)).write(states)
     resumed = rnshmc.resume(path, progress=False)
     np.testing.assert_array_equal(resumed.samples, full.samples)
     np.testing.assert_array_equal(resumed.installed, full.installed)

@@ -116,7 +116,7 @@ def test_state_of_a_stopped_chain_says_where_it_is(tmp_path):
     state, = rns.run_states(rns.init_states(draws=100, tune=100, rng=0), progress=False,
                             stop_after=150)
     assert (state.phase, state.iteration, state.iterations_left()) == ("sampling", 50, 50)
-    assert "surrogate" in state.extras and state.outputs["sampling"]["samples"].shape == (100, 3)
+    assert state.parts["fit"].surrogate is not None and state.outputs["sampling"]["samples"].shape == (100, 3)
     assert "sampling" in repr(state)
     state.save(tmp_path / "s.npz")
     with pytest.raises(ValueError, match="belongs to a RNS-HMC chain"):

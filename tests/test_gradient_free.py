@@ -16,7 +16,7 @@ from rnshmc import ChainState
 from rnshmc._kernels._metropolis import MetropolisChain
 from rnshmc._kernels._transition import TRANSITION, StopRequested
 from rnshmc.models import Gaussian
-from rnshmc.samplers.gradient_free import without_gradient
+from rnshmc.targets import without_gradient
 
 CORRELATED_COV = np.array([[1.0, 0.95], [0.95, 1.0]]) * 4.0
 CORRELATED_MEAN = np.array([1.0, -2.0])
@@ -229,7 +229,7 @@ CHILD = textwrap.dedent("""
     import os, signal, threading, time
     import numpy as np
     import rnshmc
-    from rnshmc.samplers.gradient_free import without_gradient
+    from rnshmc.targets import without_gradient
     model = without_gradient(rnshmc.models.Gaussian(np.zeros(50), covariance=np.eye(50)))
     sent = []
     def interrupt():

@@ -1,4 +1,4 @@
-"""The HMC sampler (rnshmc.HMC on the chain driver rnshmc.samplers.driver): what it samples
+"""The HMC sampler (rnshmc.HMC, run by rnshmc.samplers._runner): what it samples
 and how it is called. The parts it is built from are tested on their own: the metric
 (test_metrics.py), the leapfrog and the gradient caching (test_integrators.py), the acceptance
 step and divergences (test_transition.py) and the warm-up adaptation (test_adaptation.py).

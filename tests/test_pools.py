@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import rnshmc
+from rnshmc.samplers._execution import chain_pool
 
 CORES = os.cpu_count() or 1
 MODULE = '''
@@ -44,7 +45,7 @@ def module_target(tmp_path, monkeypatch):
 
 
 def pool_kind(sampler, chains, dim):
-    with sampler._pool("auto", chains, dim) as pool:
+    with chain_pool(sampler, "auto", chains, dim) as pool:
         return None if pool is None else type(pool).__name__
 
 
@@ -63,7 +64,7 @@ def test_auto_pool_picks_threads_processes_or_serial(module_target):
 def test_a_thread_pool_limits_blas_threads_per_chain():
     from threadpoolctl import threadpool_info
     model = rnshmc.models.Gaussian(np.zeros(2), covariance=np.eye(2))
-    with rnshmc.HMC(model)._pool("auto", CORES, 2):
+    with chain_pool(rnshmc.HMC(model), "auto", CORES, 2):
         inside = {lib["internal_api"]: lib["num_threads"] for lib in threadpool_info()}
     assert all(n == 1 for n in inside.values()), inside
 

@@ -101,7 +101,7 @@ def test_shared_surrogate_chains_are_exact(correlated_gaussian, sampler, seed, c
 
 
 def test_a_checkpoint_at_the_shared_fit_resumes_exactly(model, tmp_path):
-    from rnshmc.checkpoint import write_checkpoint
+    from rnshmc.samplers.checkpoint import Checkpointer
     sampler = rnshmc.RNSHMC(model, n_hidden=40, share_surrogate=True)
     kwargs = dict(draws=100, tune=100, chains=2, rng=8)
     full = sampler.sample(**kwargs, progress=False)
@@ -114,7 +114,7 @@ def test_a_checkpoint_at_the_shared_fit_resumes_exactly(model, tmp_path):
             sampler.join(states)
             states = sampler.run_states(states, progress=False, stop_after=50)
         path = tmp_path / f"run{stop}.npz"
-        write_checkpoint(path, sampler, states, dict(draws=100, checkpoint_every=1000))
+        Checkpointer(path, sampler, dict(draws=100, checkpoint_every=1000)).write(states)
         resumed = rnshmc.resume(path, progress=False)
         np.testing.assert_array_equal(resumed.samples, full.samples)
 

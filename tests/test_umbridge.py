@@ -126,7 +126,7 @@ def surrogate():
 
 @pytest.fixture
 def served_surrogate(surrogate):
-    handle = surrogate.serve(port=0, block=False)
+    handle = serve_surrogate(surrogate, port=0, block=False)
     try:
         wait_until_up(handle.url)
         yield surrogate, handle
@@ -291,7 +291,7 @@ def test_a_served_surrogate_listens_on_loopback_only(served_surrogate):
 
 
 def test_serving_stops(surrogate):
-    with surrogate.serve(port=0, block=False) as handle:
+    with serve_surrogate(surrogate, port=0, block=False) as handle:
         assert handle.running
         url = handle.url
         assert UMBridgeModel(url, "surrogate").dim == 2
@@ -302,7 +302,7 @@ def test_serving_stops(surrogate):
 
 def test_an_unfitted_surrogate_is_refused():
     with pytest.raises(RuntimeError, match="not fitted"):
-        rnshmc.RandomNetworkSurrogate(2, 10, rng=0).serve(port=0, block=False)
+        serve_surrogate(rnshmc.RandomNetworkSurrogate(2, 10, rng=0), port=0, block=False)
     with pytest.raises(TypeError, match="RandomNetworkSurrogate"):
         serve_surrogate(rnshmc.models.Gaussian(MEAN, COVARIANCE), port=0, block=False)
 
@@ -310,7 +310,7 @@ def test_an_unfitted_surrogate_is_refused():
 def test_missing_umbridge_names_the_extra(surrogate, monkeypatch):
     monkeypatch.setitem(sys.modules, "umbridge", None)  # what `import umbridge` then raises
     with pytest.raises(ImportError, match=r"rnshmc\[umbridge\]"):
-        surrogate.serve(port=0, block=False)
+        serve_surrogate(surrogate, port=0, block=False)
 
 
 def test_load_surrogate_from_a_saved_result(surrogate, tmp_path):

@@ -1,83 +1,24 @@
-"""RNS-HMC without model gradients (issue 12): an adaptive-Metropolis exploration, a surrogate
-fitted to the potential's values, then Hamiltonian dynamics on the surrogate with the exact
-Metropolis test; and adaptive Metropolis on its own."""
+"""RNS-HMC without model gradients: an adaptive-Metropolis exploration, a surrogate fitted to
+the potential's values, then Hamiltonian dynamics on the surrogate with the exact Metropolis
+test; and adaptive Metropolis on its own (``docs/algorithms.md``)."""
 import math
-import warnings
 
 import numpy as np
 
-from .._kernels._metropolis import MetropolisChain, PotentialOnly
-from .._kernels._transition import TRANSITION
-from ..adaptation import WarmupSchedule, initial_step_size, terminal_buffer
-from ..targets import as_ctarget, target_dim
-from ..validation import check_real
-from .driver import ChainSampler, Phase, user_stacklevel
-from .rns import RNSHMC
+from ..validation import check_integer, check_real
+from ._base import Sampler
+from ._phases import (LeapfrogSettings, MetropolisExploration, MetropolisPhase, PilotKernel,
+                      SurrogateFit, SurrogateSampling, SurrogateSettings)
+from ._result import warn_if_acceptance_collapsed
+from .rns import check_n_steps, check_step_cost
 
-__all__ = ["GradientFreeRNSHMC", "AdaptiveMetropolis", "without_gradient"]
+__all__ = ["GradientFreeRNSHMC", "AdaptiveMetropolis"]
 
-# the first window of the proposal covariance's estimate (then doubling, Stan's schedule)
-FIRST_WINDOW = 50
 # the additive units' weight scale on whitened inputs, times 1/sqrt(dim), for values-only fits
 VALUES_WEIGHT_SCALE = 0.05
 
 
-def adaptive_metropolis_chain(ctarget, state, n_adapt, target_accept):
-    """The C chain of an adaptive-Metropolis phase of ``n_adapt`` transitions (frozen when
-    ``n_adapt`` is 0): identity proposal covariance and scale 2.38 / sqrt(d) at first (the
-    state restores the adapted ones); see :mod:`rnshmc._kernels._metropolis`."""
-    ends = []
-    if n_adapt > 0:
-        ends = WarmupSchedule(n_adapt, init_buffer=0, term_buffer=terminal_buffer(n_adapt),
-                              base_window=FIRST_WINDOW).ends
-    return MetropolisChain(ctarget, np.eye(state.dim), 2.38 / np.sqrt(state.dim),
-                           adapt=n_adapt > 0, n_adapt=n_adapt, window_ends=ends,
-                           target_accept=target_accept)
-
-
-def without_gradient(model):
-    """A model seen without its gradient: a sampler given it can only evaluate densities, and
-    asking for a gradient raises (for checks and comparisons).
-
-    Parameters
-    ----------
-    model : built-in model, rnshmc.Target or BridgeStan-style object
-        A built-in model (``rnshmc.models.*``) keeps its C-level density (and its
-        ``density_flops``); a Python target is called through its ``log_density``.
-
-    Returns
-    -------
-    object
-        With ``dim``, ``log_density(q)`` and ``has_gradient`` False.
-
-    Examples
-    --------
-    >>> import numpy as np, rnshmc
-    >>> from rnshmc.samplers.gradient_free import without_gradient
-    >>> model = without_gradient(rnshmc.models.Gaussian(np.zeros(2), np.eye(2)))
-    >>> model.has_gradient, model.log_density(np.ones(2))
-    (False, -1.0)
-    """
-    return _DensityOnly(model)
-
-
-class _DensityOnly:
-    has_gradient = False
-
-    def __init__(self, model):
-        self.model = model
-        self.dim = target_dim(model)
-        self.density_flops = getattr(model, "density_flops", None)
-        self._ctarget = PotentialOnly(as_ctarget(model, self.dim))
-
-    def log_density(self, q):
-        return -self._ctarget.eval_potential(q)
-
-    def __reduce__(self):
-        return (_DensityOnly, (self.model,))
-
-
-class AdaptiveMetropolis(ChainSampler):
+class AdaptiveMetropolis(Sampler):
     """Random-walk Metropolis with an adaptive Gaussian proposal (no gradient needed).
 
     During ``tune`` iterations the proposal's covariance is re-estimated from the chain's
@@ -86,6 +27,10 @@ class AdaptiveMetropolis(ChainSampler):
     ``target_accept`` by Robbins-Monro (Andrieu and Thoms 2008); then it is frozen and the
     draws are those of a fixed Metropolis kernel. One density evaluation per iteration. See
     :mod:`rnshmc._kernels._metropolis`.
+
+    Two phases per chain: ``"warmup"`` (``tune`` iterations, default 1000, adapting) and
+    ``"sampling"``; the result's ``proposal_covariance`` (chains, dim, dim) is the frozen
+    proposal's.
 
     Parameters
     ----------
@@ -106,33 +51,25 @@ class AdaptiveMetropolis(ChainSampler):
 
     name = "AM"
     NEEDS_GRADIENT = False
-    PHASES = {"warmup": Phase(), "sampling": Phase(keep=("samples", "records"))}
 
     def __init__(self, target, target_accept=0.234):
-        super().__init__(target, target_accept=target_accept)
+        super().__init__(target)
+        self.target_accept = check_real(target_accept, "target_accept", lower=0.0, upper=1.0)
+        self.phases = {"warmup": MetropolisPhase("warmup", self.target_accept, adapting=True),
+                       "sampling": MetropolisPhase("sampling", self.target_accept,
+                                                   adapting=False, keep=("samples", "records"))}
 
-    def plan(self, draws, tune):
+    def plan(self, draws, tune, chains, dim):
         return [["warmup", tune], ["sampling", draws]]
 
-    def phase_spec(self, name):
-        return self.PHASES[name]
-
-    def make_chain(self, name, state, ctarget):
-        n_adapt = state.phases[0][1] if name == "warmup" else 0
-        return adaptive_metropolis_chain(ctarget, state, n_adapt, self.target_accept)
-
-    def begin_phase(self, name, chain, state, generator):
-        super().begin_phase(name, chain, state, generator)
-        if name == "sampling":  # the proposal adapted in warm-up, frozen
-            state.inverse_mass = state.kernel["proposal_covariance"]  # reported in the result
-
-    def result(self, states):
-        result = super().result(states)
-        result["proposal_covariance"] = result.pop("inverse_mass_matrix")
-        return result
+    def report(self, result, states):
+        # the proposal adapted in warm-up, frozen
+        result.pop("inverse_mass_matrix")
+        result["proposal_covariance"] = np.stack([s.kernel["proposal_covariance"]
+                                                  for s in states])
 
 
-class GradientFreeRNSHMC(RNSHMC):
+class GradientFreeRNSHMC(Sampler):
     """RNS-HMC for models without a gradient: only exact densities are evaluated.
 
     Three phases per chain, as in :class:`~rnshmc.RNSHMC`:
@@ -205,6 +142,20 @@ surrogate_n_steps, surrogate_step_cost, max_energy_error
         iterations per chain pooled, 2800 each alone; 3 and 5 seeds) min ESS per exact solve,
         exploration included, was 0.23-0.32 pooled against 0.13-0.18 alone.
 
+    Attributes
+    ----------
+    DEFAULT_TUNE : "auto"
+        ``sample()``'s default ``tune``: :meth:`exploration_length` iterations of exploration
+        per chain (each costs one exact density).
+
+    The result has the keys of :class:`~rnshmc.RNSHMC`'s (``n_gradient_evals`` is 0;
+    ``exploration_acceptance_rate`` is the adaptive Metropolis's over the training window;
+    no exact dynamics, refits or fallback), plus ``surrogate_acceptance_rate`` (per chain:
+    the pilot's mean acceptance on the surrogate alone at the sampling step size and
+    length), ``proposal_covariance`` (chains, dim, dim) and ``proposal_scale`` (chains,):
+    the exploration's final random-walk proposal, scale times a Cholesky factor of the
+    covariance.
+
     Notes
     -----
     There is no trust watch (RNS-HMC's falls back to exact HMC, which needs gradients). After
@@ -225,13 +176,7 @@ surrogate_n_steps, surrogate_step_cost, max_energy_error
 
     name = "GF-RNS-HMC"
     NEEDS_GRADIENT = False
-    PHASES = {"exploration": Phase(keep=("samples", "records", "proposals")),
-              "training": Phase(),
-              "sampling": Phase(keep=("samples", "records"))}
-    # the step size's pilot on the surrogate: adapting trajectories, then trajectories at the
-    # chosen step size and length whose mean acceptance is the reference of the warning
-    PILOT_ITERATIONS = 300
-    PILOT_CHECK = 100
+    DEFAULT_TUNE = "auto"
 
     def __init__(self, target, n_hidden="auto", nodes="additive", activation="softplus",
                  ridge=1e-6, step_size=None, n_steps=10, jitter=True, n_explore=None,
@@ -240,62 +185,44 @@ surrogate_n_steps, surrogate_step_cost, max_energy_error
                  surrogate_step_cost="auto", mass_matrix=None, inverse_mass_matrix=None,
                  target_accept=0.8, explore_accept=0.234, max_energy_error=1000.0,
                  share_surrogate=True):
-        super().__init__(target, n_hidden=n_hidden, nodes=nodes, activation=activation,
-                         ridge=ridge, step_size=step_size, n_steps=n_steps, jitter=jitter,
-                         n_explore=n_explore, n_train=n_train, training_data="states",
-                         delayed_acceptance=delayed_acceptance, whiten=whiten,
-                         gradient_weight=0.0, weight_scale=weight_scale,
-                         surrogate_n_steps=surrogate_n_steps,
-                         surrogate_step_cost=surrogate_step_cost, mass_matrix=mass_matrix,
-                         inverse_mass_matrix=inverse_mass_matrix, adapt_mass_matrix=False,
-                         target_accept=target_accept, max_energy_error=max_energy_error,
-                         trust_ratio=None, share_surrogate=share_surrogate)
+        super().__init__(target)
+        self.leapfrog = LeapfrogSettings(step_size, n_steps, jitter, mass_matrix,
+                                         inverse_mass_matrix, False, target_accept,
+                                         max_energy_error, dim=self.dim)
+        self.surrogate_settings = SurrogateSettings(
+            n_hidden, nodes, activation, ridge, weight_scale, whiten, gradient_weight=0.0,
+            values_weight_scale=VALUES_WEIGHT_SCALE)
+        self.n_explore = None if n_explore is None else check_integer(n_explore, "n_explore", 2)
+        self.n_train = None if n_train is None else check_integer(n_train, "n_train", 1)
         if training_data not in ("evaluations", "states"):
             raise ValueError(f"training_data must be 'evaluations' or 'states', got "
                              f"{training_data!r}")
-        self.training_data = training_data
         self.explore_accept = check_real(explore_accept, "explore_accept", lower=0.0, upper=1.0)
+        self.share_surrogate = bool(share_surrogate)
+        self.delayed_acceptance = bool(delayed_acceptance)
+        exploration = MetropolisExploration(self.explore_accept, self.n_train, training_data)
+        kernel = PilotKernel(self.leapfrog, check_n_steps(surrogate_n_steps, n_steps))
+        self.fit = SurrogateFit(self.name, exploration, self.surrogate_settings,
+                                self.share_surrogate, kernel,
+                                step_cost=check_step_cost(surrogate_step_cost),
+                                jitter=self.leapfrog.jitter)
+        self.phases = {"exploration": exploration, "training": self.fit,
+                       "sampling": SurrogateSampling(self.fit, self.leapfrog,
+                                                     self.delayed_acceptance,
+                                                     keep_gradients=False)}
 
-    def sample(self, draws=1000, tune="auto", chains=1, rng=None, init=None, progress=True,
-               pool="auto", checkpoint=None, checkpoint_every=1000):
-        """Explore with adaptive Metropolis, fit the surrogate, then draw samples.
-
-        Parameters
-        ----------
-        draws : int
-            Number of kept iterations per chain (sampling phase).
-        tune : int or "auto"
-            Exploration iterations per chain (unless ``n_explore`` was given), discarded;
-            each costs one exact density. "auto" (default): :meth:`exploration_length`.
-        chains, rng, init, progress, pool, checkpoint, checkpoint_every
-            As for :meth:`rnshmc.RNSHMC.sample`.
-
-        Returns
-        -------
-        SampleResult
-            The keys of :meth:`rnshmc.RNSHMC.sample` (``n_gradient_evals`` is 0;
-            ``exploration_acceptance_rate`` is the adaptive Metropolis's over the training
-            window; no exact dynamics, refits or fallback), plus
-            ``surrogate_acceptance_rate`` (per chain: the pilot's mean acceptance on the
-            surrogate alone at the sampling step size and length), ``proposal_covariance``
-            (chains, dim, dim) and ``proposal_scale`` (chains,): the exploration's final
-            random-walk proposal, scale times a Cholesky factor of the covariance.
-        """
-        return super().sample(draws=draws, tune=tune, chains=chains, rng=rng, init=init,
-                              progress=progress, pool=pool, checkpoint=checkpoint,
-                              checkpoint_every=checkpoint_every)
-
-    def init_states(self, draws=1000, tune="auto", chains=1, rng=None, init=None):
-        """The initial state of each chain (arguments as for :meth:`sample`)."""
+    def plan(self, draws, tune, chains, dim):
         if isinstance(tune, str):
             if tune != "auto":
                 raise ValueError(f"tune must be an integer or 'auto', got {tune!r}")
-            dim = target_dim(self.target) if hasattr(self.target, "dim") else None
-            if dim is None and init is not None:
-                dim = np.shape(init)[-1]
-            tune = self.exploration_length(  # (no dim: init_states says what is missing)
-                dim or 1, chains if self.share_surrogate else 1)
-        return super().init_states(draws, tune, chains, rng, init)
+            tune = self.exploration_length(dim, chains if self.share_surrogate else 1)
+        n_explore = tune if self.n_explore is None else self.n_explore
+        n_explore = check_integer(n_explore, "tune (exploration iterations)", minimum=2)
+        n_train = n_explore - n_explore // 5 if self.n_train is None else self.n_train
+        if n_train > n_explore:
+            raise ValueError(f"n_train ({n_train}) exceeds the exploration length ({n_explore})")
+        self.leapfrog.check_chains(chains)
+        return [["exploration", n_explore], ["training", 0], ["sampling", draws]]
 
     @staticmethod
     def exploration_length(dim, chains=1):
@@ -328,121 +255,13 @@ surrogate_n_steps, surrogate_step_cost, max_energy_error
         coefficients = (dim + 1) * (dim + 2) / 2
         return int(max(500, 50 * dim, 100 * math.ceil(12 * coefficients / chains / 100)))
 
-    # ------------------------------------------------------------------------------------------
-
-    def make_chain(self, name, state, ctarget):
-        if name == "exploration":
-            return adaptive_metropolis_chain(ctarget, state, state.phases[0][1],
-                                             self.explore_accept)
-        return super().make_chain(name, state, ctarget)
-
-    def begin_phase(self, name, chain, state, generator):
-        if name == "exploration":  # the chain adapts by itself: no HMC step-size search
-            ChainSampler.begin_phase(self, name, chain, state, generator)
-        else:
-            super().begin_phase(name, chain, state, generator)
-
-    def _surrogate_options(self, dim, n_hidden):
-        # the default weight scale of values-only fits for this dimension
-        options = super()._surrogate_options(dim, n_hidden)
-        if options["weight_scale"] is None and options["whiten"] and options["nodes"] == "additive":
-            options["weight_scale"] = VALUES_WEIGHT_SCALE / math.sqrt(dim)
-        return options
-
-    def _training_data(self, state):
-        """The exploration's training rows: (Q, U, None: no gradients)."""
-        history = state.outputs["exploration"]
-        window = self._training_window(state)
-        U = -history["records"]["log_density"][window]
-        if self.training_data == "states":
-            Q = history["samples"][window]
-        else:
-            # all of the exploration's by default: the cap below leaves out its burn-in's
-            # far-out points (a few huge values would dominate the least-squares fit)
-            rows = history["proposals"][window if self.n_train is not None else slice(None)]
-            rows = rows[rows[:, -1] <= 2 * np.max(U) - np.min(U)]  # NaN (not finite) fails too
-            Q, U = rows[:, :-1], rows[:, -1]
-        return Q, U, None
-
-    def _train(self, state, generator):
-        accepted = state.outputs["exploration"]["records"]["accepted"][self._training_window(state)]
-        if not accepted.any():
-            raise RuntimeError(
-                f"{self.name} chain {state.chain}: the adaptive-Metropolis exploration accepted "
-                f"no move in its last {accepted.size} iterations, so there is nothing to fit a "
-                "surrogate to: give a longer exploration (tune) or a better init.")
-        state.extras["proposal_covariance"] = state.kernel["proposal_covariance"]
-        state.extras["proposal_scale"] = float(state.kernel["step_size"])
-        if state.inverse_mass is None:
-            state.inverse_mass = state.kernel["proposal_covariance"]
-        super()._train(state, generator)
-        state.extras["exact_n_steps"] = 0  # no exact dynamics
-
-    def _sampling_n_steps(self, state, generator):
-        # (called by RNSHMC._train once the surrogate is fitted: the sampling kernel is chosen
-        # here, the step size first, since the number of steps depends on it)
-        step_size = state.extras["step_size"]
-        if step_size is None:
-            step_size, _ = self._pilot(state, generator, None, self.n_steps,
-                                       self.PILOT_ITERATIONS)
-        state.kernel = dict(state.kernel, step_size=step_size)  # where sampling starts
-        n_steps = super()._sampling_n_steps(state, generator)
-        _, state.extras["surrogate_acceptance_rate"] = self._pilot(
-            state, generator, step_size, n_steps, self.PILOT_CHECK)
-        return n_steps
-
-    def _pilot(self, state, generator, step_size, n_steps, n_iter):
-        """HMC on the surrogate alone (no exact evaluation): ``n_iter`` trajectories of up to
-        ``n_steps`` steps, each from an exploration state of the training window drawn at
-        random. With ``step_size`` None the step size is adapted by dual averaging (from
-        Stan's heuristic); returns (step size, mean acceptance probability)."""
-        chain = self.new_chain(self._sampling_surrogate(state)._ctarget, state)
-        starts = state.outputs["exploration"]["samples"][self._training_window(state)]
-        picks = generator.integers(len(starts), size=n_iter)
-        chain.set_position(starts[picks[0]])
-        adapt = step_size is None
-        if adapt:
-            step_size = initial_step_size(chain, generator, target_accept=self.target_accept)
-            chain.restart_step_size_adaptation(step_size, self.target_accept)
-        else:
-            chain.step_size = step_size
-        samples, records = np.empty((1, state.dim)), np.empty(n_iter, TRANSITION)
-        for i, pick in enumerate(picks):
-            chain.set_position(starts[pick])
-            chain.run(generator, 1, n_steps, self.jitter, samples, records[i:i + 1],
-                      adapt_step_size=adapt)
-        return (chain.final_step_size if adapt else step_size,
-                float(records["accept_prob"].mean()))
-
-    # ------------------------------------------------------------------------------------------
-
-    def result(self, states):
-        result = super().result(states)
-        per_chain = lambda key: np.array([s.extras[key] for s in states])
-        result["surrogate_acceptance_rate"] = per_chain("surrogate_acceptance_rate")
-        result["proposal_covariance"] = per_chain("proposal_covariance")
-        result["proposal_scale"] = per_chain("proposal_scale")
-        self._warn_if_acceptance_collapsed(result)
-        return result
-
-    def _warn_if_acceptance_collapsed(self, result):
-        """Warn about a chain whose acceptance over a window of draws (a tenth, at least 50)
-        is under a third of the surrogate's own (called by :meth:`result` once that is in
-        the result; RNS-HMC's call, before, compares with the exploration's instead)."""
-        if "surrogate_acceptance_rate" not in result:
-            return
-        draws = result.accepted.shape[1]
-        width = min(max(50, draws // 10), draws)
-        windows = result.accepted[:, :draws // width * width].reshape(
-            len(result.accepted), -1, width).mean(axis=2)
-        for chain, (rates, reference) in enumerate(zip(windows, result.surrogate_acceptance_rate)):
-            low = np.flatnonzero(rates < reference / 3)
-            if low.size:
-                warnings.warn(
-                    f"{self.name} chain {chain}: acceptance fell to {rates[low[0]]:.2f} over "
-                    f"draws {low[0] * width}-{(low[0] + 1) * width - 1}, under a third of the "
-                    f"{reference:.2f} the surrogate's dynamics reach on the surrogate itself. "
-                    "The surrogate is poor in part of the posterior: the chain is still exact "
-                    "but mixes slowly there. Try a longer exploration (tune), more hidden units "
-                    "(n_hidden) or a smaller step_size.",
-                    RuntimeWarning, stacklevel=user_stacklevel())
+    def report(self, result, states):
+        result["delayed_acceptance"] = self.delayed_acceptance
+        result["share_surrogate"] = self.share_surrogate
+        result["surrogate_acceptance_rate"] = np.array(
+            [s.parts["fit"].surrogate_acceptance_rate for s in states])
+        warn_if_acceptance_collapsed(
+            self.name, result.accepted, result.surrogate_acceptance_rate,
+            "the acceptance the surrogate's dynamics reach on the surrogate itself",
+            "Try a longer exploration (tune), more hidden units (n_hidden) or a smaller "
+            "step_size.")

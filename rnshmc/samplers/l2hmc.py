@@ -1,5 +1,6 @@
 """L2HMC: a learned, non-volume-preserving generalized leapfrog (Levy, Hoffman and
 Sohl-Dickstein 2018; algorithms.md sec. 7), trained in C by a hand-written reverse pass."""
+import dataclasses
 import time
 import warnings
 
@@ -9,9 +10,15 @@ from .._kernels._l2hmc import (AugmentedLeapfrog, Trainer, TransformedTarget, ne
                                 parameter_layout)
 from .._kernels._metrics import EuclideanMetric
 from .._kernels._transition import Chain
+from ..state import PartState
+from ..surrogate import RandomNetworkSurrogate
 from ..targets import as_ctarget, target_dim
 from ..validation import check_integer, check_real
-from .driver import ChainSampler, Phase, Progress, user_stacklevel
+from ._base import Sampler
+from ._phases import Phase
+from ._progress import Progress
+from ._result import user_stacklevel
+from .rns import RNSHMC
 
 __all__ = ["L2HMC"]
 
@@ -23,7 +30,7 @@ _INIT_FACTORS = {"Wa": 1.0 / 3.0, "Wb": 1.0 / 3.0, "Wt": 1.0 / 3.0, "W2": 1.0,
 _FORMAT = "rnshmc.L2HMC/1"
 
 
-class L2HMC(ChainSampler):
+class L2HMC(Sampler):
     """L2HMC: HMC whose leapfrog is replaced by a learned augmented leapfrog.
 
     The state is (x, v, d) with a direction d = +-1 drawn with the momentum each iteration; a
@@ -95,7 +102,6 @@ class L2HMC(ChainSampler):
     """
 
     name = "L2HMC"
-    PHASES = {"warmup": Phase(), "sampling": Phase(keep=("samples", "records"))}
 
     def __init__(self, target, n_steps=10, hidden=10, step_size=0.1, rng=None,
                  max_energy_error=1000.0, surrogate=None, standardize=None, wall=5.0):
@@ -121,8 +127,13 @@ class L2HMC(ChainSampler):
         generator = np.random.default_rng(rng)
         self.parameters = _initial_parameters(dim, self.hidden, generator)
         self.masks = _draw_masks(generator, n_steps, dim)
-        super().__init__(target, step_size=step_size, n_steps=n_steps, jitter=False,
-                         adapt_mass_matrix=False, max_energy_error=max_energy_error)
+        super().__init__(target)
+        self.step_size = step_size
+        self.n_steps = n_steps
+        self.max_energy_error = check_real(max_energy_error, "max_energy_error", lower=0.0)
+        # a burn-in of ``tune`` iterations (nothing adapted), then ``draws``
+        self.phases = {"warmup": LearnedPhase("warmup", self),
+                       "sampling": LearnedPhase("sampling", self, keep=("samples", "records"))}
         self._adam = (np.zeros(self.parameters.size), np.zeros(self.parameters.size), 0)
         self.history = {key: np.empty(0) for key in ("loss", "acceptance", "step_size",
                                                      "temperature")}
@@ -337,16 +348,15 @@ class L2HMC(ChainSampler):
             ``mean`` and ``sd`` (the default initial distribution of :meth:`train`), the
             ``states`` themselves and the surrogate's ``fit_residual``.
         """
-        from ..surrogate import RandomNetworkSurrogate
-        from .rns import RNSHMC
         explore_seed, weights_seed = np.random.default_rng(rng).spawn(2)
         rns = RNSHMC(target, **(rns_options or {}))
         start = time.perf_counter()
         state = rns.init_states(draws=1, tune=tune, rng=explore_seed, init=init)[0]
+        # the exploration, then the fit (training has no iterations)
         rns.run_chain(state, progress=progress, stop_after=state.phases[0][1])
         seconds = time.perf_counter() - start
-        surrogate = RandomNetworkSurrogate.from_state(state.extras["surrogate"])
-        states = state.outputs["exploration"]["samples"][rns._training_window(state)]
+        surrogate = RandomNetworkSurrogate.from_state(state.parts["fit"].surrogate)
+        states = state.outputs["exploration"]["samples"][rns.exploration.window(state)]
         sd = states.std(axis=0)
         sd = np.where(sd > 0, sd, 1.0)
         options.setdefault("standardize", (states.mean(axis=0), sd))
@@ -364,57 +374,50 @@ class L2HMC(ChainSampler):
         return sampler
 
     # ------------------------------------------------------------------------------------------
-    # sampling (the driver's phases: a burn-in of ``tune`` iterations, then ``draws``)
+    # sampling: a burn-in of ``tune`` iterations (default 1000), then ``draws``
 
-    def plan(self, draws, tune):
+    def plan(self, draws, tune, chains, dim):
         return [["warmup", tune], ["sampling", draws]]
 
-    def phase_spec(self, name):
-        return self.PHASES[name]
-
-    def trajectory(self, name, state):
-        return self.n_steps, False
-
-    def adapts_step_size(self, state):
-        return False
-
-    # the weights and masks (drawn with rng) and the standardisation are saved as "weights"
-    NOT_CHECKPOINTED = ("rng", "standardize")
+    # the weights and masks (drawn with rng) and the standardisation are saved as "weights";
+    # a surrogate as its state
+    NOT_CHECKPOINTED = ("rng", "standardize", "surrogate")
 
     def checkpoint_arguments(self):
-        if self.surrogate is not None:
-            raise ValueError("L2HMC on a surrogate cannot be checkpointed yet (save the "
-                             "surrogate and the weights, and drive the chains with "
-                             "init_states/run_states)")
+        if self.surrogate is not None and not isinstance(self.surrogate,
+                                                         RandomNetworkSurrogate):
+            raise ValueError("L2HMC on a surrogate is checkpointed only with a "
+                             "RandomNetworkSurrogate (saved as arrays)")
         arguments = super().checkpoint_arguments()
         arguments["weights"] = dict(parameters=self.parameters, masks=self.masks,
                                     shift=self.shift, scale=self.scale)
+        if self.surrogate is not None:
+            arguments["surrogate_state"] = self.surrogate.get_state()
+        if self.exploration is not None:
+            arguments["exploration"] = dict(self.exploration)
         return arguments
 
     @classmethod
     def from_checkpoint_arguments(cls, target, arguments):
+        arguments = dict(arguments)
         weights = dict(arguments.pop("weights"))
+        surrogate = arguments.pop("surrogate_state", None)
+        exploration = arguments.pop("exploration", None)
+        if surrogate is not None:
+            arguments["surrogate"] = RandomNetworkSurrogate.from_state(surrogate)
         sampler = cls(target, standardize=(weights["shift"], weights["scale"]), **arguments)
         sampler.parameters[:] = weights["parameters"]
         sampler.masks = np.ascontiguousarray(weights["masks"], dtype=np.float64)
+        sampler.exploration = exploration
         return sampler
 
-    def make_chain(self, name, state, ctarget):
-        # the chain runs in z = (x - shift) / scale: its states, kept outputs and ChainState
-        # too; result() maps the samples back
-        if self.surrogate is None:
-            return self.new_chain(self._transformed(ctarget), state)
-        return self.new_chain(self._transformed(as_ctarget(self.surrogate, state.dim)), state,
-                              test=self._transformed(ctarget, dynamics=False))
+    def init_states(self, draws=1000, tune=None, chains=1, rng=None, init=None):
+        states = super().init_states(draws, tune, chains, rng, init)
+        for state in states:  # the weights' fingerprint: a chain continues with its own
+            state.parts["weights"] = WeightsState(weights_checksum(self.parameters))
+        return states
 
-    def begin_phase(self, name, chain, state, generator):
-        if state.kernel is None:
-            chain.set_position((state.init - self.shift) / self.scale)
-        else:
-            chain.set_state(state.kernel, counters=False)
-
-    def result(self, states):
-        result = super().result(states)
+    def report(self, result, states):
         result["samples"] = self.shift + self.scale * result["samples"]
         if self.surrogate is not None:  # the chain's gradients were the surrogate's
             result["n_surrogate_gradient_evals"] = result["n_gradient_evals"]
@@ -423,44 +426,6 @@ class L2HMC(ChainSampler):
         if self.exploration is not None:  # what the surrogate cost, once for all chains
             result["n_density_evals_explore"] = self.exploration["n_density_evals"]
             result["n_gradient_evals_explore"] = self.exploration["n_gradient_evals"]
-        return result
-
-    def new_chain(self, dynamics, state, test=None, delayed_acceptance=False):
-        # the integrator reads a copy of the weights: training later changes no running chain
-        integrator = AugmentedLeapfrog(state.dim, self.n_steps, self.hidden,
-                                       self.parameters.copy(), self.masks)
-        chain = Chain(dynamics, test, EuclideanMetric(state.dim), integrator,
-                      max_energy_error=self.max_energy_error)
-        chain.step_size = integrator.step_size  # recorded; the integrator uses its own
-        return chain
-
-    def init_states(self, draws=1000, tune=1000, chains=1, rng=None, init=None):
-        states = super().init_states(draws, tune, chains, rng, init)
-        for state in states:  # the weights' fingerprint: a chain continues with its own
-            state.extras["parameters_checksum"] = _checksum(self.parameters)
-        return states
-
-    def run_chain(self, state, ctarget=None, progress=False, stop_after=None, stop_flag=None,
-                  **options):
-        if state.extras.get("parameters_checksum") != _checksum(self.parameters):
-            raise ValueError("this chain was started with other L2HMC weights (trained or "
-                             "loaded since): continue it with the sampler that started it")
-        return super().run_chain(state, ctarget, progress, stop_after, stop_flag, **options)
-
-    def sample(self, draws=1000, tune=1000, chains=1, rng=None, init=None, progress=True,
-               pool="auto", checkpoint=None, checkpoint_every=1000):
-        """Draw samples with the current weights (see :meth:`ChainSampler.sample` for the
-        arguments; ``tune`` iterations of burn-in are discarded, nothing is adapted).
-
-        Returns
-        -------
-        SampleResult
-            As :meth:`HMC.sample`'s; ``step_size`` is the learned eps, ``n_steps`` the
-            trajectory length, and ``n_gradient_evals`` counts one gradient per learned step.
-        """
-        return super().sample(draws=draws, tune=tune, chains=chains, rng=rng, init=init,
-                              progress=progress, pool=pool,
-                              checkpoint=checkpoint, checkpoint_every=checkpoint_every)
 
     # ------------------------------------------------------------------------------------------
     # saving the weights
@@ -542,5 +507,49 @@ def _draw_masks(generator, n_steps, dim):
     return np.array([generator.permutation(half) for _ in range(n_steps)])
 
 
-def _checksum(parameters):
+def weights_checksum(parameters):
     return float(np.sum(parameters * np.arange(1, parameters.size + 1)))
+
+
+@dataclasses.dataclass
+class WeightsState(PartState):
+    """The fingerprint of the weights a chain was started with."""
+    checksum: float
+
+
+class LearnedPhase(Phase):
+    """A phase of L2HMC's learned leapfrog with ``sampler``'s current weights (nothing
+    adapted). The chain runs in z = (x - shift) / scale: its states, kept outputs and
+    ChainState too (the sampler's report maps the samples back)."""
+
+    def __init__(self, name, sampler, keep=()):
+        super().__init__(name)
+        self.sampler, self.keep = sampler, tuple(keep)
+
+    def trajectory(self, run):
+        return self.sampler.n_steps, False
+
+    def make_chain(self, run):
+        l2, state = self.sampler, run.state
+        if state.parts["weights"].checksum != weights_checksum(l2.parameters):
+            raise ValueError("this chain was started with other L2HMC weights (trained or "
+                             "loaded since): continue it with the sampler that started it")
+        if l2.surrogate is None:
+            dynamics, test = l2._transformed(run.target), None
+        else:
+            dynamics = l2._transformed(as_ctarget(l2.surrogate, state.dim))
+            test = l2._transformed(run.target, dynamics=False)
+        # the integrator reads a copy of the weights: training later changes no running chain
+        integrator = AugmentedLeapfrog(state.dim, l2.n_steps, l2.hidden, l2.parameters.copy(),
+                                       l2.masks)
+        chain = Chain(dynamics, test, EuclideanMetric(state.dim), integrator,
+                      max_energy_error=l2.max_energy_error)
+        chain.step_size = integrator.step_size  # recorded; the integrator uses its own
+        return chain
+
+    def begin(self, run, chain):
+        state, l2 = run.state, self.sampler
+        if state.kernel is None:
+            chain.set_position((state.init - l2.shift) / l2.scale)
+        else:
+            chain.set_state(state.kernel, counters=False)

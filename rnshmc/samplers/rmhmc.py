@@ -1,20 +1,17 @@
 """Riemannian-manifold HMC (Girolami and Calderhead 2011) with the generalized leapfrog, and
 RNS-RMHMC: the generalized leapfrog on a random-network surrogate's potential and Hessian
-metric, with the exact Metropolis test (Zhang, Shahbaba and Zhao 2017)."""
+metric, with the exact Metropolis test (Zhang, Shahbaba and Zhao 2017; ``docs/algorithms.md``)."""
 import warnings
 
-import numpy as np
-
-from .._kernels._integrators import GeneralizedLeapfrog
 from .._kernels._riemann import CallableMetric, GaussNewtonMetric, LinearPredictorMetric
-from .._kernels._transition import Chain
-from ..adaptation import initial_step_size
-from ..surrogate import RandomNetworkSurrogate
-from ..targets import as_ctarget, target_dim
-from ..validation import check_integer, check_per_chain_real, check_real
-from .driver import Phase, user_stacklevel
-from .hmc import HMC
-from .rns import RNSHMC
+from ..models import EllipticPDE, LogisticRegression
+from ..targets import as_ctarget
+from ..validation import check_integer, check_real
+from ._base import Sampler, warn_unadapted
+from ._phases import (FixedKernel, HMCExploration, LeapfrogSettings, RiemannianPhase,
+                      RiemannianSurrogatePhase, SurrogateFit, SurrogateSettings,
+                      riemannian_report)
+from ._result import user_stacklevel, warn_if_acceptance_collapsed
 
 __all__ = ["RMHMC", "RNSRMHMC"]
 
@@ -36,48 +33,14 @@ def _check_solver_settings(fixed_point_tol, max_fixed_point_iterations, softabs)
     return fixed_point_tol, iterations, softabs
 
 
-def riemannian_stats(result, states, phase="sampling", exact_metric=False):
-    """Add the implicit solver's statistics of ``phase`` to a result: ``solver_iterations``
-    (chains, draws): fixed-point iterations of each transition's trajectory;
-    ``mean_solver_iterations`` per chain; ``n_implicit_failures`` per chain (unconverged
-    solves: rejected proposals). With ``exact_metric`` (the metric is the model's own, not a
-    surrogate's: its evaluations are exact model work), per chain ``n_metric_evals`` and
-    ``n_metric_derivative_evals`` over all phases and their ``_sampling`` counts."""
-    if exact_metric:
-        def counts(index, phases):
-            return np.array([sum(s.evals.get(p, [0] * 4)[index] for p in phases)
-                             for s in states], dtype=np.int64)
-        every = [name for name, _ in states[0].phases]
-        for index, key in ((2, "n_metric_evals"), (3, "n_metric_derivative_evals")):
-            result[key] = counts(index, every)
-            result[key + "_sampling"] = counts(index, [phase])
-    records = np.stack([s.outputs[phase]["records"] for s in states])
-    result["solver_iterations"] = records["solver_iterations"].copy()
-    result["implicit_failed"] = records["solver_failed"].astype(bool)
-    result["n_implicit_failures"] = records["solver_failed"].sum(axis=1).astype(np.int64)
-    steps = np.maximum(records["n_steps"], 1)
-    result["mean_solver_iterations"] = (records["solver_iterations"] / steps).mean(axis=1)
-    failures = result["n_implicit_failures"]
-    if failures.sum():
-        warnings.warn(
-            f"{result.sampler}: {int(failures.sum())} proposals were rejected because an "
-            "implicit step of the generalized leapfrog did not converge or reached a point "
-            "where the metric is not positive definite (counted in n_implicit_failures). Use a "
-            "smaller step size or a larger max_fixed_point_iterations; for an indefinite "
-            "metric, softabs (the chain only visits points where the metric is positive "
-            "definite, so without SoftAbs it samples the posterior restricted to them).",
-            RuntimeWarning, stacklevel=user_stacklevel())
-    return result
-
-
-class RMHMC(HMC):
+class RMHMC(Sampler):
     """Riemannian-manifold HMC: momenta p ~ N(0, G(q)) and the generalized leapfrog.
 
     H(q, p) = U(q) + 1/2 log det G(q) + 1/2 p^T G(q)^{-1} p; each step solves two implicit
     equations by fixed-point iteration (see ``GeneralizedLeapfrog``). A proposal whose solve
     did not converge is rejected and counted (``n_implicit_failures``).
 
-    Two phases per chain: ``"warmup"`` (``tune`` iterations: the step size adapted by dual
+    Two phases per chain: ``"warmup"`` (``tune`` iterations, default 1000: the step size adapted by dual
     averaging when ``step_size`` is None, else a burn-in; discarded) and ``"sampling"``.
 
     The starting point matters with a fixed step size: far out in the tails, where the metric
@@ -128,6 +91,16 @@ class RMHMC(HMC):
     target_accept, max_energy_error
         As for :class:`~rnshmc.HMC`.
 
+    The result has the keys of :meth:`rnshmc.HMC.sample`'s (``energy`` includes 1/2 log det
+    G), plus ``solver_iterations`` (chains, draws), ``implicit_failed`` (chains, draws),
+    ``mean_solver_iterations`` (per step, per chain) and ``n_implicit_failures`` (per chain)
+    of the sampling phase; and the exact metric's evaluations per chain, ``n_metric_evals``
+    and ``n_metric_derivative_evals`` (all phases) and their ``_sampling`` counts. A metric
+    evaluation is exact model work not in ``n_gradient_evals``: the Fisher metric is a pass
+    over the data; the Gauss-Newton metric of a PDE is the forward solve plus one
+    sensitivity solve per parameter on its factorisation, and its derivatives second-order
+    sensitivities.
+
     Examples
     --------
     >>> import rnshmc
@@ -140,28 +113,36 @@ class RMHMC(HMC):
     """
 
     name = "RMHMC"
-    PHASES = {"warmup": Phase(adapt=True, adapt_mass=False),
-              "sampling": Phase(keep=("samples", "records"))}
 
     def __init__(self, target, metric="fisher", metric_derivatives=None, step_size=None,
                  n_steps=6, jitter=False, softabs=None, fixed_point_tol=1e-9,
                  max_fixed_point_iterations=50, newton=False, target_accept=0.8,
                  max_energy_error=1000.0):
-        # HMC's plan (warm-up, sampling) with a Riemannian chain and no mass matrix
-        super().__init__(target, step_size=step_size, n_steps=n_steps, jitter=jitter,
-                         adapt_mass_matrix=False, target_accept=target_accept,
-                         max_energy_error=max_energy_error)
-        self.fixed_point_tol, self.max_fixed_point_iterations, self.softabs = \
-            _check_solver_settings(fixed_point_tol, max_fixed_point_iterations, softabs)
-        self.newton = bool(newton)
+        super().__init__(target)
+        # no mass matrix: the metric is position-dependent
+        self.leapfrog = LeapfrogSettings(step_size, n_steps, jitter, adapt_mass_matrix=False,
+                                         target_accept=target_accept,
+                                         max_energy_error=max_energy_error)
+        tol, iterations, self.softabs = _check_solver_settings(
+            fixed_point_tol, max_fixed_point_iterations, softabs)
+        self.solver = dict(tol=tol, max_iterations=iterations, newton=bool(newton))
         self.metric = metric
         self.metric_derivatives = metric_derivatives
-        dim = target_dim(target) if hasattr(target, "dim") else None
+        dim = self.dim
         self._make_metric(dim if dim is not None else 1, check_only=dim is None)
+        self.phases = {
+            "warmup": RiemannianPhase("warmup", self._make_metric, self.solver, self.leapfrog,
+                                      adapt=True),
+            "sampling": RiemannianPhase("sampling", self._make_metric, self.solver,
+                                        self.leapfrog, keep=("samples", "records"))}
+
+    def plan(self, draws, tune, chains, dim):
+        self.leapfrog.check_chains(chains)
+        warn_unadapted(self.name, tune, self.leapfrog.step_size)
+        return [["warmup", tune], ["sampling", draws]]
 
     def _make_metric(self, dim, check_only=False):
         """A new metric object for one chain (each chain factorises its own G)."""
-        from ..models import EllipticPDE, LogisticRegression
         metric, target = self.metric, self.target
         if callable(metric):
             if not callable(self.metric_derivatives):
@@ -186,43 +167,14 @@ class RMHMC(HMC):
             return GaussNewtonMetric(as_ctarget(target, target.dim), softabs=self.softabs)
         raise ValueError(f"metric must be 'fisher', 'gauss_newton' or a callable, got {metric!r}")
 
-    def uses_python_callables(self, dim):
-        return callable(self.metric) or super().uses_python_callables(dim)
+    def calls_python(self):
+        return callable(self.metric)
 
-    def new_chain(self, dynamics, state, test=None, delayed_acceptance=False):
-        return Chain(dynamics, test, self._make_metric(state.dim),
-                     GeneralizedLeapfrog(state.dim, self.fixed_point_tol,
-                                         self.max_fixed_point_iterations, self.newton),
-                     max_energy_error=self.max_energy_error,
-                     delayed_acceptance=delayed_acceptance)
-
-    def sample(self, draws=1000, tune=1000, chains=1, rng=None, init=None, progress=True,
-               pool="auto", checkpoint=None, checkpoint_every=1000):
-        """Draw samples (arguments as for :meth:`rnshmc.HMC.sample`; a process pool needs a
-        picklable target and metric callables).
-
-        Returns
-        -------
-        SampleResult
-            The keys of :meth:`rnshmc.HMC.sample` (``energy`` includes 1/2 log det G), plus
-            ``solver_iterations`` (chains, draws), ``implicit_failed`` (chains, draws),
-            ``mean_solver_iterations`` (per step, per chain) and ``n_implicit_failures`` (per
-            chain) of the sampling phase; and the exact metric's evaluations per chain,
-            ``n_metric_evals`` and ``n_metric_derivative_evals`` (all phases) and their
-            ``_sampling`` counts. A metric evaluation is exact model work not in
-            ``n_gradient_evals``: the Fisher metric is a pass over the data; the Gauss-Newton
-            metric of a PDE is the forward solve plus one sensitivity solve per parameter on
-            its factorisation, and its derivatives second-order sensitivities.
-        """
-        return super().sample(draws=draws, tune=tune, chains=chains, rng=rng, init=init,
-                              progress=progress, pool=pool,
-                              checkpoint=checkpoint, checkpoint_every=checkpoint_every)
-
-    def result(self, states):
-        return riemannian_stats(super().result(states), states, exact_metric=True)
+    def report(self, result, states):
+        riemannian_report(result, states, exact_metric=True)
 
 
-class RNSRMHMC(RNSHMC):
+class RNSRMHMC(Sampler):
     """RNS-RMHMC: the generalized leapfrog on a random-network surrogate's potential and metric
     (its Hessian), with the exact Metropolis test on the true density.
 
@@ -259,10 +211,20 @@ class RNSRMHMC(RNSHMC):
     n_hidden, nodes, activation, ridge, weight_scale, whiten, gradient_weight, n_explore, \
 n_train, target_accept, max_energy_error, mass_matrix, inverse_mass_matrix, adapt_mass_matrix
         As for :class:`~rnshmc.RNSHMC` (the mass matrix is the exploration's).
+
+    Attributes
+    ----------
+    DEFAULT_TUNE : int
+        ``sample()``'s default ``tune`` (exploration iterations per chain): 1000.
+        RNS-RMHMC has no trust watch, and its metric, the surrogate's Hessian, needs a
+        surrogate fitted well around the posterior, so it keeps a longer exploration than
+        RNS-HMC's 200.
+
+    The result has the keys of :class:`~rnshmc.RNSHMC`'s and the implicit solver's of
+    :class:`rnshmc.RMHMC`'s, and ``metric``.
     """
 
     name = "RNS-RMHMC"
-    PHASES = dict(RNSHMC.PHASES, adaptation=Phase(adapt=True, adapt_mass=False))
 
     def __init__(self, target, metric="hessian", softabs=None, n_hidden=1000, step_size=None,
                  n_steps=6, jitter=False, n_adapt=500, explore_step_size=None,
@@ -272,108 +234,60 @@ n_train, target_accept, max_energy_error, mass_matrix, inverse_mass_matrix, adap
                  ridge=1e-6, whiten=True, gradient_weight=1.0, weight_scale=None,
                  n_explore=None, n_train=None, mass_matrix=None, inverse_mass_matrix=None,
                  adapt_mass_matrix=None, target_accept=0.8, max_energy_error=1000.0):
-        super().__init__(target, n_hidden=n_hidden, nodes=nodes, activation=activation,
-                         ridge=ridge, step_size=explore_step_size, n_steps=explore_n_steps,
-                         jitter=explore_jitter, n_explore=n_explore, n_train=n_train,
-                         training_data="states", whiten=whiten, gradient_weight=gradient_weight,
-                         weight_scale=weight_scale, mass_matrix=mass_matrix,
-                         inverse_mass_matrix=inverse_mass_matrix,
-                         adapt_mass_matrix=adapt_mass_matrix, target_accept=target_accept,
-                         max_energy_error=max_energy_error, trust_ratio=None)
+        super().__init__(target)
         if metric not in ("hessian", "diagonal"):
             raise ValueError(f"metric must be 'hessian' or 'diagonal', got {metric!r}")
         if nodes != "additive" or activation == "exp":
             raise ValueError("RNS-RMHMC needs additive nodes with a softplus, sigmoid or tanh "
                              "activation (the Hessian metric's derivatives are for those)")
         self.metric = metric
-        self.fixed_point_tol, self.max_fixed_point_iterations, self.softabs = \
-            _check_solver_settings(fixed_point_tol, max_fixed_point_iterations, softabs)
-        self.newton = bool(newton)
-        self.rm_step_size = None if step_size is None else check_per_chain_real(step_size, "step_size")
-        self.rm_n_steps = check_integer(n_steps, "n_steps", minimum=1)
-        self.rm_jitter = bool(jitter)
+        # the exploration's exact HMC; the sampling's generalized leapfrog
+        self.leapfrog = LeapfrogSettings(explore_step_size, explore_n_steps, explore_jitter,
+                                         mass_matrix, inverse_mass_matrix, adapt_mass_matrix,
+                                         target_accept, max_energy_error, dim=self.dim)
+        self.sampling_leapfrog = LeapfrogSettings(step_size, n_steps, jitter,
+                                                  adapt_mass_matrix=False,
+                                                  target_accept=target_accept,
+                                                  max_energy_error=max_energy_error)
+        tol, iterations, self.softabs = _check_solver_settings(
+            fixed_point_tol, max_fixed_point_iterations, softabs)
+        self.solver = dict(tol=tol, max_iterations=iterations, newton=bool(newton))
         self.n_adapt = check_integer(n_adapt, "n_adapt", minimum=1)
+        self.n_explore = None if n_explore is None else check_integer(n_explore, "n_explore", 2)
+        self.n_train = None if n_train is None else check_integer(n_train, "n_train", 1)
+        settings = SurrogateSettings(n_hidden, nodes, activation, ridge, weight_scale, whiten,
+                                     gradient_weight)
+        exploration = HMCExploration(self.leapfrog, self.n_train, training_data="states")
+        self.fit = SurrogateFit(self.name, exploration, settings, share=False,
+                                kernel=FixedKernel(self.sampling_leapfrog.n_steps),
+                                jitter=self.leapfrog.jitter)
+        adapting = self.sampling_leapfrog.step_size is None
+        riemannian = dict(fit=self.fit, metric=metric, softabs=self.softabs,
+                          solver=self.solver, leapfrog=self.sampling_leapfrog)
+        self.phases = {"exploration": exploration, "training": self.fit,
+                       "adaptation": RiemannianSurrogatePhase("adaptation", **riemannian),
+                       "sampling": RiemannianSurrogatePhase("sampling", **riemannian,
+                                                            after_adaptation=adapting)}
 
-    def sample(self, draws=1000, tune=1000, chains=1, rng=None, init=None, progress=True,
-               pool="auto", checkpoint=None, checkpoint_every=1000):
-        """Explore with exact HMC, fit the surrogate, then draw samples with the generalized
-        leapfrog on it.
-
-        Parameters
-        ----------
-        draws, chains, rng, init, progress, pool
-            As for :meth:`rnshmc.RNSHMC.sample`.
-        tune : int
-            Exploration iterations per chain (default 1000: RNS-RMHMC has no trust watch yet,
-            and its metric, the surrogate's Hessian, needs a surrogate fitted well around the
-            posterior, so it keeps a longer exploration than RNS-HMC's default 200).
-
-        Returns
-        -------
-        SampleResult
-            The keys of :meth:`rnshmc.RNSHMC.sample` and the implicit solver's of
-            :meth:`rnshmc.RMHMC.sample`.
-        """
-        return super().sample(draws=draws, tune=tune, chains=chains, rng=rng, init=init,
-                              progress=progress, pool=pool,
-                              checkpoint=checkpoint, checkpoint_every=checkpoint_every)
-
-    def init_states(self, draws=1000, tune=1000, chains=1, rng=None, init=None):
-        states = super().init_states(draws, tune, chains, rng, init)
-        if np.ndim(self.rm_step_size) and len(self.rm_step_size) != len(states):
-            raise ValueError(f"step_size has {len(self.rm_step_size)} entries (one per chain), "
-                             f"sampling {len(states)} chains")
-        return states
-
-    def plan(self, draws, tune):
-        phases = super().plan(draws, tune)
-        if self.rm_step_size is None:
+    def plan(self, draws, tune, chains, dim):
+        n_explore = tune if self.n_explore is None else self.n_explore
+        n_explore = check_integer(n_explore, "tune (exploration iterations)", minimum=2)
+        n_train = n_explore - n_explore // 5 if self.n_train is None else self.n_train
+        if n_train > n_explore:
+            raise ValueError(f"n_train ({n_train}) exceeds the exploration length ({n_explore})")
+        self.leapfrog.check_chains(chains)
+        self.sampling_leapfrog.check_chains(chains)
+        phases = [["exploration", n_explore], ["training", 0], ["sampling", draws]]
+        if self.sampling_leapfrog.step_size is None:
             phases.insert(2, ["adaptation", self.n_adapt])
         return phases
 
-    def make_chain(self, name, state, ctarget):
-        if name not in ("adaptation", "sampling"):
-            return super().make_chain(name, state, ctarget)
-        surrogate = RandomNetworkSurrogate.from_state(state.extras["surrogate"])
-        metric = surrogate.hessian_metric(diagonal=self.metric == "diagonal", softabs=self.softabs)
-        return Chain(surrogate._ctarget, ctarget, metric,
-                     GeneralizedLeapfrog(state.dim, self.fixed_point_tol,
-                                         self.max_fixed_point_iterations, self.newton),
-                     max_energy_error=self.max_energy_error)
-
-    def adapts_step_size(self, state):
-        name = state.phases[state.phase_index][0]
-        if name in ("adaptation", "sampling"):
-            return self.rm_step_size is None
-        return super().adapts_step_size(state)
-
-    def trajectory(self, name, state):
-        if name in ("adaptation", "sampling"):
-            return self.rm_n_steps, self.rm_jitter
-        return super().trajectory(name, state)
-
-    def _sampling_n_steps(self, state, generator):
-        return self.rm_n_steps
-
-    def begin_phase(self, name, chain, state, generator):
-        if name == "adaptation":
-            self._start_sampling(chain, state)
-            step_size = initial_step_size(chain, generator, target_accept=self.target_accept)
-            chain.restart_step_size_adaptation(step_size, self.target_accept)
-        elif name == "sampling" and "adaptation" in dict(state.phases):
-            # continue from the adaptation's last state with its averaged step size
-            chain.set_state(state.kernel, counters=False)
-        elif name == "sampling":
-            self._start_sampling(chain, state)
-            chain.step_size = (float(self.rm_step_size) if np.ndim(self.rm_step_size) == 0
-                               else float(self.rm_step_size[state.chain]))
-        else:
-            super().begin_phase(name, chain, state, generator)
-
-    def result(self, states):
-        result = super().result(states)
-        adaptation = np.array([s.evals.get("adaptation", [0, 0])[0] for s in states], dtype=np.int64)
-        result["n_density_evals_explore"] = result["n_density_evals_explore"] + adaptation
-        result["n_density_evals"] = result["n_density_evals"] + adaptation
+    def report(self, result, states):
+        result["delayed_acceptance"] = False
+        result["share_surrogate"] = False
+        warn_if_acceptance_collapsed(
+            self.name, result.accepted, result.exploration_acceptance_rate,
+            "the exploration's acceptance", "Try more hidden units (n_hidden) or more "
+            "training points (a longer tune or n_train).")
         result["metric"] = self.metric
-        return riemannian_stats(result, states)
+        riemannian_report(result, states)

@@ -1,0 +1,340 @@
+"""The base of every sampler: settings, a plan of phases, and a thin ``sample()``.
+
+A sampler declares its settings (checked in its constructor), its phases (objects from
+:mod:`rnshmc.samplers._phases`, by name) and its plan (the phases' order and lengths for a
+run); ``samplers/hmc.py`` is the model. Running the plan is the runner's job
+(:mod:`._runner`: one chain), many chains the execution layer's (:mod:`._execution`),
+checkpoints the checkpointer's (:mod:`.checkpoint`), results :mod:`._result`'s. ``sample()``
+changes nothing on the sampler: every chain's state lives in its
+:class:`~rnshmc.state.ChainState`, so two runs of one sampler may go on at once.
+"""
+import functools
+import inspect
+import os
+import warnings
+
+import numpy as np
+
+from ..models import Gaussian
+from ..parallel import chain_generators
+from ..state import ChainState, generator_to_json
+from ..targets import as_ctarget, check_target, target_dim
+from ..validation import check_integer
+from . import _execution, _result
+from ._runner import Budget, run_chain
+from .checkpoint import SAMPLERS, Checkpointer, checkpoint_interval
+
+__all__ = ["Sampler"]
+
+
+class Sampler:
+    """Base of the samplers (see the module docstring).
+
+    A subclass sets ``name``, builds ``self.phases`` (a dict: name -> Phase) in its
+    constructor and defines :meth:`plan`; it may define :meth:`report` (keys and warnings
+    of its own in the result).
+
+    Attributes
+    ----------
+    target : the log density sampled
+    phases : dict of {str: Phase}
+    leapfrog : LeapfrogSettings or None
+        The settings whose mass matrices start the chains (None: identity).
+    """
+
+    name = "sampler"
+    # whether the target must have a gradient (a gradient-free sampler says False)
+    NEEDS_GRADIENT = True
+    # sample()'s default tune
+    DEFAULT_TUNE = 1000
+    # arguments a sampler saves in another form (its checkpoint_arguments adds them)
+    NOT_CHECKPOINTED = ()
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        SAMPLERS[cls.__name__] = cls
+        if "__init__" in cls.__dict__:
+            cls.__init__ = _recording_arguments(cls.__dict__["__init__"])
+
+    def __init__(self, target):
+        check_target(target)
+        if self.NEEDS_GRADIENT and getattr(target, "has_gradient", True) is False:
+            raise ValueError(f"{self.name} needs the gradient of the log density, which this "
+                             "target does not have (has_gradient is False; for rnshmc.Target "
+                             "give grad_logp or logp_and_grad). rnshmc.GradientFreeRNSHMC "
+                             "samples targets without a gradient.")
+        self.target = target
+        self.phases = {}
+        self.leapfrog = None
+
+    @property
+    def dim(self):
+        """The target's dimension (None if it does not say)."""
+        return target_dim(self.target) if hasattr(self.target, "dim") else None
+
+    # ------------------------------------------------------------------------------------------
+    # what a sampler declares
+
+    def plan(self, draws, tune, chains, dim):
+        """The phases of one chain: a list of [name, iterations]."""
+        raise NotImplementedError
+
+    def phase(self, name):
+        """The :class:`~rnshmc.samplers._phases.Phase` named ``name``."""
+        return self.phases[name]
+
+    def report(self, result, states):
+        """Add the sampler's own keys (and warnings) to a run's result."""
+
+    def calls_python(self):
+        """Whether the sampler calls Python functions besides the target's (a metric)."""
+        return False
+
+    # ------------------------------------------------------------------------------------------
+    # sampling
+
+    def sample(self, draws=1000, tune=None, chains=1, rng=None, init=None, progress=True,
+               pool="auto", checkpoint=None, checkpoint_every=1000):
+        """Draw samples.
+
+        Parameters
+        ----------
+        draws : int
+            Number of kept iterations per chain.
+        tune : int or None
+            Iterations per chain before the draws (the sampler's docstring says what they
+            do: warm-up, exploration); None: the sampler's default (``DEFAULT_TUNE``).
+        chains : int
+            Number of independent chains.
+        rng : None, int, SeedSequence or Generator
+            Source of randomness; each chain gets its own child stream (SeedSequence.spawn), so
+            the same seed gives bit-identical draws, whatever ``pool`` runs the chains.
+        init : None or ndarray of shape (dim,) or (chains, dim)
+            Initial points. None draws each coordinate uniformly from (-2, 2), as Stan does.
+        progress : bool
+            Show a progress bar per chain with its phase, acceptance and divergences (serial
+            chains and thread pools; chains in other processes run without one).
+        pool : "auto", None, concurrent.futures.Executor or dask.distributed.Client
+            Where the chains run. "auto" (default): in parallel on this machine's cores when
+            there are several chains — a thread pool for C-level targets (built-in models,
+            surrogates: their loops release the GIL and keep no scratch of their own), a
+            pool of spawned processes for targets with Python callables that pickle and are
+            defined in an importable module (else serially: a Python function holds the GIL,
+            need not be thread-safe, and one defined in a script or a lambda cannot reach a
+            spawned process); BLAS threads are limited to cores / workers per chain
+            (threadpoolctl). None: one chain after another. An executor runs them there (a
+            process pool needs a picklable target). A ``dask.distributed.Client`` (or its
+            executor) runs them on its cluster (tasks submitted with ``pure=False``; the
+            sampler and its target are sent to the workers once).
+        checkpoint : None or path
+            Save the run here (``.npz``, written atomically) every ``checkpoint_every``,
+            at a Ctrl-C and at a failure: every chain's state, the draws so far, the
+            sampler's arguments and, for surrogate samplers, the fitted surrogates.
+            :func:`rnshmc.resume` continues it to the draws of the uninterrupted run. An
+            existing file is not overwritten (resume it, or remove it).
+        checkpoint_every : int, a duration as a string ("90s", "10min", "2h") or datetime.timedelta
+            An int: iterations per chain between checkpoints (default 1000; the chains wait
+            for each other there). A duration: a checkpoint after each chain's first chunk
+            boundary (1% of a phase) past that time.
+
+        Returns
+        -------
+        SampleResult
+            ``samples`` (chains, draws, dim), ``log_density``, ``accepted``, ``accept_prob``,
+            ``acceptance_rate``, ``diverging``, ``energy``, ``step_size``, ``n_steps``,
+            ``inverse_mass_matrix``, ``n_density_evals``, ``n_gradient_evals`` (a gradient
+            evaluation also evaluates the density and is counted in both; the ``_sampling``
+            variants count the sampling phase only), ``timings`` (seconds per phase, summed
+            over chains), ``health``; and the sampler's own keys (see its docstring).
+
+            On Ctrl-C every chain stops after its current transition (within about a
+            second; a Python model's evaluation under way is abandoned) and the draws made so
+            far are returned: the chains that have sampling draws, cut to the shortest one's,
+            with ``interrupted=True`` and a warning; with ``checkpoint``, they are saved there
+            too and ``rnshmc.resume`` continues the run. Interrupted before any chain's
+            sampling phase has a draw, the KeyboardInterrupt is raised (after the
+            checkpoint is written). An exception from the model in one chain stops the others
+            the same way and is raised, its ``states`` attribute holding every chain's state.
+        """
+        every, seconds = checkpoint_interval(checkpoint_every)
+        run = dict(draws=draws)
+        run.update({"checkpoint_every": every} if seconds is None
+                   else {"checkpoint_seconds": seconds})
+        checkpointer = None
+        if checkpoint is not None:
+            checkpoint = os.fspath(checkpoint)
+            if os.path.exists(checkpoint):
+                raise FileExistsError(f"{checkpoint} exists: continue it with "
+                                      "rnshmc.resume(), or remove it")
+            self.checkpoint_arguments()  # fails now, not at the first checkpoint
+            checkpointer = Checkpointer(checkpoint, self, run)
+        states = self.init_states(draws, tune, chains, rng, init)
+        return self.continue_run(states, run, progress=progress, pool=pool,
+                                 checkpointer=checkpointer)
+
+    def continue_run(self, states, run, progress=True, pool="auto", checkpointer=None):
+        """Run ``states`` to the end (writing checkpoints with ``checkpointer``) and return
+        the result; on Ctrl-C what was drawn (see :meth:`sample`)."""
+        try:
+            states = _execution.run_to_end(self, states, progress=progress, pool=pool,
+                                           checkpointer=checkpointer)
+        except KeyboardInterrupt as interrupt:
+            drawn = _result.drawn_so_far(self.name, getattr(interrupt, "states", None),
+                                         run["draws"],
+                                         None if checkpointer is None else checkpointer.path)
+            if drawn is None:
+                raise
+            result = self.result(drawn)
+            result["interrupted"] = True
+            return result
+        return self.result(states)
+
+    def init_states(self, draws=1000, tune=None, chains=1, rng=None, init=None):
+        """The initial :class:`~rnshmc.ChainState` of each chain (arguments as for
+        :meth:`sample`).
+
+        Returns
+        -------
+        list of ChainState
+        """
+        draws = check_integer(draws, "draws", minimum=1)
+        tune = self.DEFAULT_TUNE if tune is None else tune
+        if not isinstance(tune, str):  # (a sampler's plan reads a string such as "auto")
+            tune = check_integer(tune, "tune", minimum=0)
+        generators = chain_generators(rng, chains)
+        chains = len(generators)
+        inits = self._initial_points(init, chains, generators)
+        dim = inits.shape[1]
+        plan = self.plan(draws, tune, chains, dim)
+        inverse_masses = ([None] * chains if self.leapfrog is None
+                          else self.leapfrog.inverse_masses(dim, chains))
+        return [ChainState(
+            sampler=self.name, chain=c, dim=dim, phases=[list(p) for p in plan], phase_index=0,
+            iteration=0, phase_started=False, rng=generator_to_json(generators[c]),
+            init=inits[c], kernel=None, inverse_mass=inverse_masses[c], outputs={}, evals={},
+            timings={}, parts={}) for c in range(chains)]
+
+    def run_states(self, states, progress=True, pool=None, stop_after=None, deadline=None):
+        """Continue every chain's state, for ``stop_after`` more iterations each (None: to the
+        end), until the first chunk boundary past ``deadline`` (a ``time.monotonic()``
+        value), or until they wait at a barrier (which this call does not pass: see
+        :meth:`continue_run`); returns the states. ``pool``: as for :meth:`sample` (an
+        executor, a Dask client or None).
+
+        If a chain fails or the run is interrupted, the other chains stop after their current
+        transition and the exception is raised with every state in its ``states`` attribute.
+        """
+        return _execution.run_states(self, states, progress=progress, pool=pool,
+                                     budget=Budget(stop_after, deadline))
+
+    def waiting(self, state):
+        """Whether the chain waits at a barrier of its phase (for :meth:`join`)."""
+        return not state.done and self.phase(state.phase).waiting(state)
+
+    def join(self, states):
+        """Run the barriers' work once every chain is done or waits at one (what
+        :meth:`sample` does between :meth:`run_states` calls); nothing otherwise."""
+        _execution.join_barriers(self, states)
+
+    def run_chain(self, state, progress=False, stop_after=None):
+        """Continue one chain's state in this thread (see :meth:`run_states`)."""
+        return run_chain(self, state, as_ctarget(self.target, state.dim), progress=progress,
+                         budget=Budget(stop_after))
+
+    def result(self, states):
+        """The SampleResult of finished chains (see :meth:`sample`)."""
+        result = _result.base_result(self.name, states)
+        for name, _ in states[0].phases:
+            self.phase(name).report(result, states)
+        self.report(result, states)
+        return result
+
+    # ------------------------------------------------------------------------------------------
+    # checkpoints
+
+    def checkpoint_arguments(self):
+        """The arguments this sampler was made with, without the target, as a checkpoint
+        saves them (plus ``target_spec`` for a built-in Gaussian target).
+
+        Raises
+        ------
+        ValueError
+            If an argument cannot be saved without pickle (a Python function, an object).
+        """
+        arguments = {k: v for k, v in self._arguments.items()
+                     if k != "target" and k not in self.NOT_CHECKPOINTED}
+        for key, value in arguments.items():
+            if not _savable(value):
+                raise ValueError(f"{self.name} cannot checkpoint its argument {key}={value!r} "
+                                 "(only numbers, strings, arrays and lists or dicts of them "
+                                 "are saved without pickle)")
+        if isinstance(self.target, Gaussian):
+            arguments["target_spec"] = dict(mean=self.target.mean,
+                                            precision=self.target.precision)
+        return arguments
+
+    @classmethod
+    def from_checkpoint_arguments(cls, target, arguments):
+        """The sampler of a checkpoint (inverse of :meth:`checkpoint_arguments`)."""
+        return cls(target, **arguments)
+
+    # ------------------------------------------------------------------------------------------
+
+    def _initial_points(self, init, chains, generators):
+        dim = self.dim
+        if init is None:
+            if dim is None:
+                raise ValueError("the target's dim is unknown: give init= (or dim to the target)")
+            return np.stack([g.uniform(-2.0, 2.0, size=dim) for g in generators])
+        init = np.array(init)
+        if init.dtype.kind not in "iuf":
+            raise TypeError(f"init must hold real numbers, got dtype {init.dtype}")
+        init = init.astype(np.float64)
+        if init.ndim == 1:
+            init = np.tile(init, (chains, 1))
+        if init.ndim != 2 or init.shape[0] != chains or (dim is not None and init.shape[1] != dim):
+            want = f"({dim},) or ({chains}, {dim})" if dim is not None else "(dim,) or (chains, dim)"
+            raise ValueError(f"init must have shape {want}, got {np.shape(init)}")
+        if not np.all(np.isfinite(init)):
+            raise ValueError("init contains non-finite values")
+        return init
+
+
+def warn_unadapted(name, tune, step_size):
+    """Warn that a run without warm-up samples with the heuristic initial step size."""
+    if tune == 0 and step_size is None:
+        warnings.warn(f"tune=0 with step_size=None: {name} samples with the heuristic "
+                      "initial step size, unadapted", stacklevel=_result.user_stacklevel())
+
+
+def _recording_arguments(init):
+    """``init`` that first records the arguments a sampler was made with (the outermost
+    __init__'s, as given) in ``_arguments``, for checkpoints: resume() makes the same sampler
+    again."""
+    signature = inspect.signature(init)
+
+    @functools.wraps(init)
+    def recording_init(self, *args, **kwargs):
+        if "_arguments" not in self.__dict__:
+            bound = signature.bind(self, *args, **kwargs)
+            arguments = {}
+            for key, value in list(bound.arguments.items())[1:]:
+                if signature.parameters[key].kind is inspect.Parameter.VAR_KEYWORD:
+                    arguments.update(value)
+                else:
+                    arguments[key] = value
+            self._arguments = arguments
+        init(self, *args, **kwargs)
+    return recording_init
+
+
+def _savable(value):
+    if value is None or isinstance(value, (bool, int, float, str, np.generic)):
+        return True
+    if isinstance(value, np.ndarray):
+        return value.dtype != object
+    if isinstance(value, (list, tuple)):
+        return all(_savable(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _savable(v) for k, v in value.items())
+    return False

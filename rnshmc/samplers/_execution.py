@@ -1,0 +1,178 @@
+"""Many chains at once: serially, on threads, on processes or on a Dask cluster.
+
+The execution layer owns what concerns all the chains of a run: the executor (``pool``), the
+run's stop flag (a Ctrl-C or one chain's failure stops the others between transitions), the
+barriers of the phases (every chain stops there, then one ``join`` runs on all the states, in
+this process, whatever the pool: the draws do not depend on the executor) and the segments
+between checkpoints. One chain's run is :func:`rnshmc.samplers._runner.run_chain`.
+"""
+import contextlib
+import pickle
+import time
+
+import numpy as np
+
+from .._kernels._targets import PyCallableTarget
+from .._kernels._transition import StopRequested
+from ..parallel import (blas_limits, interruptible, local_pool, map_chains,
+                        runs_in_other_processes, threads_per_chain)
+from ..targets import as_ctarget
+from ._runner import Budget, run_chain
+
+__all__ = ["chain_pool", "run_states", "run_to_end", "waiting_phases"]
+
+
+def uses_python_callables(sampler, dim):
+    """Whether sampling a ``dim``-dimensional target calls Python functions (a Python target
+    or metric): they hold the GIL, so ``pool="auto"`` runs such chains in processes rather
+    than threads."""
+    return (sampler.calls_python() or
+            isinstance(as_ctarget(sampler.target, dim), PyCallableTarget))
+
+
+def pickles_without_main(sampler):
+    """Whether ``sampler`` can go to a spawned process: it pickles, and without functions of
+    ``__main__`` (a spawned worker would re-run the user's script to find them, which fails
+    in a script without an ``if __name__ == "__main__":`` guard)."""
+    try:
+        data = pickle.dumps(sampler)
+    except Exception:  # noqa: BLE001 - whatever pickle raises for a lambda, a closure...
+        return False
+    return b"__main__" not in data
+
+
+@contextlib.contextmanager
+def chain_pool(sampler, pool, chains, dim):
+    """The executor of ``pool`` (see ``sample()``; "auto" makes one for the run), with a
+    thread pool's BLAS threads limited to the chains' share of the cores."""
+    with contextlib.ExitStack() as stack:
+        if isinstance(pool, str):
+            if pool != "auto":
+                raise ValueError(f"pool must be 'auto', None, an executor or a Dask "
+                                 f"client, got {pool!r}")
+            processes = uses_python_callables(sampler, dim)
+            if processes and not pickles_without_main(sampler):
+                processes, chains = False, 1  # serially: see sample()
+            pool = stack.enter_context(local_pool(chains, processes))
+        if pool is not None and not runs_in_other_processes(pool):
+            stack.enter_context(blas_limits(threads_per_chain(pool, chains)))
+        yield pool
+
+
+class _RunInProcess:
+    """A picklable chain run for other processes (the target is rebuilt there; the stop flag
+    is the worker's own; a SIGINT stops the chain, see ``parallel.interruptible``)."""
+
+    def __init__(self, sampler, iterations, seconds):
+        self.sampler, self.iterations, self.seconds = sampler, iterations, seconds
+
+    def __call__(self, state):
+        deadline = None if self.seconds is None else time.monotonic() + self.seconds
+        with interruptible():
+            return run_chain(self.sampler, state, as_ctarget(self.sampler.target, state.dim),
+                             budget=Budget(self.iterations, deadline),
+                             stop_flag=np.zeros(1, dtype=np.int32))
+
+
+class _Guarded:
+    """``run(state)`` as ``(state, None)``, or ``(state, exception)`` after setting the run's
+    stop flag (so the other chains stop); a chain not yet started when the flag is up is not
+    started. Picklable when ``run`` is."""
+
+    def __init__(self, run, stop):
+        self.run, self.stop = run, stop
+
+    def __call__(self, state):
+        if self.stop[0]:
+            return state, StopRequested("not started: another chain failed or the run was "
+                                        "interrupted")
+        try:
+            return self.run(state), None
+        except BaseException as error:  # noqa: B902 - Ctrl-C too: the state is kept
+            self.stop[0] = 1
+            return state, error
+
+
+def run_states(sampler, states, progress=True, pool=None, budget=None):
+    """Continue every chain's state (on ``pool`` if given: an executor or a Dask client) until
+    each is done, has spent ``budget`` or waits at a barrier; returns the states.
+
+    If a chain fails (an exception from the model) or the run is interrupted (Ctrl-C), the
+    other chains stop after their current transition, every state keeps the transitions
+    made, and the exception is raised with the states in its ``states`` attribute (the first
+    failure's exception; a Ctrl-C's KeyboardInterrupt)."""
+    budget = budget or Budget()
+    stop = np.zeros(1, dtype=np.int32)  # this run's stop flag, watched by its C loops
+    if pool is not None and runs_in_other_processes(pool):
+        # the target is rebuilt there; the deadline becomes seconds from the task's start
+        run = _RunInProcess(sampler, budget.iterations, None if budget.deadline is None
+                            else budget.deadline - time.monotonic())
+    else:
+        target = as_ctarget(sampler.target, states[0].dim)  # shared: it holds no scratch
+        several = len(states) > 1 and pool is not None
+        # a pool thread's OpenMP kernels (the logistic model's) share the cores with the
+        # other chains' (OpenMP's limit is per thread; BLAS's is set by chain_pool)
+        threads = threads_per_chain(pool, len(states)) if several else None
+
+        def run(state):
+            with blas_limits(threads, "openmp") if threads else contextlib.nullcontext():
+                return run_chain(sampler, state, target, progress=progress, budget=budget,
+                                 stop_flag=stop, position=state.chain if several else None)
+    try:
+        outcomes = map_chains(_Guarded(run, stop), states, pool, stop)
+    except KeyboardInterrupt as interrupt:  # while waiting for a pool's chains
+        interrupt.states = [state if outcome is None else outcome[0]
+                            for state, outcome in zip(states, interrupt.outcomes)]
+        raise
+    states = [state for state, _ in outcomes]
+    errors = [error for _, error in outcomes if error is not None]
+    if errors:
+        error = next((e for e in errors if not isinstance(e, StopRequested)), errors[0])
+        error.states = states
+        raise error
+    return states
+
+
+def waiting_phases(sampler, states):
+    """The phases (by name, in plan order) where some chain waits at a barrier."""
+    names = []
+    for state in states:
+        if not state.done and sampler.phase(state.phase).waiting(state) \
+                and state.phase not in names:
+            names.append(state.phase)
+    return names
+
+
+def join_barriers(sampler, states):
+    """Run the joins of the phases where chains wait, once every chain is done or waits."""
+    names = waiting_phases(sampler, states)
+    if not names or not all(s.done or sampler.phase(s.phase).waiting(s) for s in states):
+        return
+    for name in names:
+        sampler.phase(name).join(states)
+    if waiting_phases(sampler, states):
+        raise RuntimeError(f"{sampler.name}: chains still wait after their join (a bug)")
+
+
+def run_to_end(sampler, states, progress=True, pool="auto", checkpointer=None):
+    """Run ``states`` to the end of their plans, through the barriers, writing a checkpoint
+    after every segment if ``checkpointer`` (:class:`rnshmc.samplers.checkpoint.Checkpointer`)
+    is given; returns the states. Exceptions carry the states (see :func:`run_states`), and
+    the checkpointer has written them before they are raised."""
+    every = seconds = None
+    if checkpointer is not None:
+        every, seconds = checkpointer.every, checkpointer.seconds
+    with chain_pool(sampler, pool, len(states), states[0].dim) as executor:
+        while not all(s.done for s in states):
+            deadline = None if seconds is None else time.monotonic() + seconds
+            try:
+                states = run_states(sampler, states, progress=progress, pool=executor,
+                                    budget=Budget(every, deadline))
+                join_barriers(sampler, states)
+            except BaseException as error:
+                if checkpointer is not None and getattr(error, "states", None) is not None:
+                    checkpointer.write(error.states)
+                raise
+            if checkpointer is not None:
+                checkpointer.write(states)
+    return states

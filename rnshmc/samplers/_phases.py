@@ -1,0 +1,1358 @@
+"""Phases, and the parts samplers assemble from them.
+
+A sampler is a declared plan of phases (see ``docs/architecture.md``). A :class:`Phase` says
+how it makes its C chain from the chain's state, what it does at its start and end, how it
+iterates (by default: the runner's chunks), which outputs it keeps, whether it adapts the
+kernel, and optionally a barrier: ``waiting(state)`` is True where the chain must stop until
+``join(states)`` has run on every chain (a surrogate fitted to all the chains' explorations,
+the installs of a shared online estimator). The execution layer runs the joins.
+
+The parts here are shared by the samplers: exact HMC (warm-up, exploration, sampling), the
+generalized leapfrog of RMHMC, adaptive Metropolis, the surrogate fit (per chain or shared),
+surrogate dynamics with the trust watch and the online installs, and the Riemannian dynamics
+on a surrogate's Hessian. A part that must remember something per chain keeps it in a typed
+:class:`~rnshmc.state.PartState` in ``state.parts``.
+"""
+import dataclasses
+import math
+from typing import Optional
+
+import numpy as np
+
+from .._kernels._integrators import GeneralizedLeapfrog, Leapfrog
+from .._kernels._metrics import EuclideanMetric
+from .._kernels._metropolis import MetropolisChain
+from .._kernels._transition import TRANSITION, Chain
+from ..adaptation import (WarmupSchedule, initial_step_size, regularized_variance,
+                          terminal_buffer, trajectory_length_for_min_ess)
+from ..state import PartState, generator_from_json, generator_to_json
+from ..surrogate import RandomNetworkSurrogate, gradient_flops
+from ..validation import check_integer, check_inverse_mass, check_per_chain_real, check_real
+
+# the first window of adaptive Metropolis's proposal covariance (then doubling, Stan's schedule)
+FIRST_WINDOW = 50
+# the largest number of leapfrog steps the automatic trajectory length considers
+MAX_AUTO_STEPS = 1024
+
+
+# ---------------------------------------------------------------------------------------------
+# settings of exact HMC chains
+
+
+class LeapfrogSettings:
+    """The settings of an exact-HMC chain: leapfrog step size and steps, mass matrix, and
+    their adaptation (checked once, here).
+
+    Parameters
+    ----------
+    step_size : float, ndarray of shape (chains,) or None
+        None adapts it (dual averaging to ``target_accept``) where a phase adapts.
+    n_steps : int
+    jitter : bool
+    mass_matrix, inverse_mass_matrix : None or ndarray
+        Give one of them, or neither (the identity). ``inverse_mass_matrix`` may be one per
+        chain: (chains, dim), (chains, dim, dim) or a list.
+    adapt_mass_matrix : bool or None
+        None: only when neither a step size nor a mass matrix is given.
+    target_accept : float
+    max_energy_error : float
+    dim : int or None
+        The target's dimension, to check the mass matrix at once.
+    """
+
+    def __init__(self, step_size=None, n_steps=10, jitter=True, mass_matrix=None,
+                 inverse_mass_matrix=None, adapt_mass_matrix=None, target_accept=0.8,
+                 max_energy_error=1000.0, dim=None):
+        self.step_size = None if step_size is None else check_per_chain_real(step_size, "step_size")
+        self.n_steps = check_integer(n_steps, "n_steps", minimum=1)
+        self.jitter = bool(jitter)
+        if mass_matrix is not None and inverse_mass_matrix is not None:
+            raise ValueError("give mass_matrix or inverse_mass_matrix, not both")
+        self.mass_matrix = mass_matrix
+        self.inverse_mass_matrix = inverse_mass_matrix
+        if dim is not None:  # check now rather than at sample()
+            self.inverse_masses(dim, None)
+        if adapt_mass_matrix is None:
+            adapt_mass_matrix = (step_size is None and mass_matrix is None
+                                 and inverse_mass_matrix is None)
+        self.adapt_mass_matrix = bool(adapt_mass_matrix)
+        self.target_accept = check_real(target_accept, "target_accept", lower=0.0, upper=1.0)
+        self.max_energy_error = check_real(max_energy_error, "max_energy_error", lower=0.0)
+
+    def step_size_of(self, chain):
+        """The step size given for chain ``chain`` (None: adapted)."""
+        if self.step_size is None:
+            return None
+        return float(self.step_size) if np.ndim(self.step_size) == 0 \
+            else float(self.step_size[chain])
+
+    def check_chains(self, chains):
+        """Raise ValueError unless per-chain settings have one entry per chain."""
+        if self.step_size is not None and np.ndim(self.step_size) \
+                and len(self.step_size) != chains:
+            raise ValueError(f"step_size has {len(self.step_size)} entries (one per chain), "
+                             f"sampling {chains} chains")
+
+    def inverse_masses(self, dim, chains):
+        """The inverse mass matrix of each chain (None: identity), checked; with chains=None
+        only checks."""
+        if self.mass_matrix is None and self.inverse_mass_matrix is None:
+            return [None] * (chains or 1)
+        if self.mass_matrix is not None:
+            M = check_inverse_mass(self.mass_matrix, "mass_matrix", dim)
+            _check_mass(M, dim, "mass matrix")
+            matrices = [1.0 / M if M.ndim == 1 else np.linalg.inv(M)]
+        else:
+            value = self.inverse_mass_matrix
+            if isinstance(value, (list, tuple)):
+                matrices = [check_inverse_mass(m, "inverse_mass_matrix", dim) for m in value]
+                per_chain = True
+            else:
+                array = check_inverse_mass(value, "inverse_mass_matrix", dim)
+                per_chain = array.ndim == 3 or (array.ndim == 2 and array.shape != (dim, dim))
+                matrices = list(array) if per_chain else [array]
+            for m in matrices:
+                _check_mass(m, dim, "inverse mass matrix")
+            if per_chain:
+                if chains is not None and len(matrices) != chains:
+                    raise ValueError(f"inverse_mass_matrix has {len(matrices)} per-chain "
+                                     f"entries, sampling {chains} chains")
+                return matrices
+        return matrices * (chains or 1)
+
+
+def _check_mass(m, dim, what):
+    """Raise ValueError unless ``m`` is a positive (dim,) diagonal or a symmetric positive
+    definite (dim, dim) matrix."""
+    if m.shape == (dim,):
+        if not np.all(m > 0):
+            raise ValueError(f"a diagonal {what} must be positive")
+    elif m.shape == (dim, dim):
+        if not np.allclose(m, m.T):
+            raise ValueError(f"the {what} must be symmetric")
+        try:
+            np.linalg.cholesky(m)
+        except np.linalg.LinAlgError:
+            raise ValueError(f"the {what} is not positive definite") from None
+    else:
+        raise ValueError(f"the {what} must have shape ({dim},) or ({dim}, {dim}), got {m.shape}")
+
+
+def euclidean_chain(dynamics, state, max_energy_error, test=None, delayed_acceptance=False):
+    """A leapfrog chain over ``dynamics`` (Metropolis test on ``test``, default the dynamics)
+    with the chain's inverse mass matrix."""
+    return Chain(dynamics, test, EuclideanMetric(state.dim, state.inverse_mass), Leapfrog(),
+                 max_energy_error=max_energy_error, delayed_acceptance=delayed_acceptance)
+
+
+def continue_from_previous(state, chain):
+    """Put ``chain`` where the previous phase left the chain (the first phase: at its initial
+    point); the new phase's counters start at zero."""
+    if state.kernel is None:
+        chain.set_position(state.init)
+    else:
+        chain.set_state(state.kernel, counters=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# phases
+
+
+class Phase:
+    """One phase of a plan (see the module docstring). The base is a phase without a chain.
+
+    Attributes
+    ----------
+    name : str
+        Its name in the plan (and in ``state.outputs``, ``state.evals``, ``state.timings``).
+    keep : tuple of str
+        Outputs kept for every iteration: "samples", "records", "gradients" (the dynamics
+        gradient at each state), "trajectory" (every leapfrog step's (q, U, grad U), with
+        "trajectory_ends"), "proposals" (each proposal and its exact potential, NaN where it
+        was not evaluated). Others go to reused chunk buffers.
+    adapt : bool
+        Whether its iterations adapt the kernel (see :meth:`adapts_step_size`).
+    """
+
+    keep = ()
+    adapt = False
+
+    def __init__(self, name):
+        self.name = name
+
+    def trajectory(self, run):
+        """(n_steps, jitter) of its transitions."""
+        return 1, False
+
+    def make_chain(self, run):
+        """Its C chain (None: a phase without iterations)."""
+        return None
+
+    def begin(self, run, chain):
+        """One-time work when the phase starts (``chain`` may be None)."""
+        if chain is not None:
+            continue_from_previous(run.state, chain)
+
+    def iterate(self, run, chain, budget):
+        """Run at most ``budget`` iterations from ``state.iteration``; return how many ran."""
+        return run.run_chunks(self, chain, budget)
+
+    def end(self, run, chain):
+        """One-time work when the phase has run all its iterations."""
+
+    def waiting(self, state):
+        """Whether the chain waits at this phase's barrier (see :meth:`join`)."""
+        return False
+
+    def join(self, states):
+        """The barrier's work, on every chain's state at once, in chain order, in the calling
+        process (so the draws do not depend on where the chains run)."""
+
+    def adapts_step_size(self, run):
+        return False
+
+    def adapts_mass(self, run):
+        return False
+
+    def window_end(self, run, chain, adapt_step):
+        """At the end of a slow window of the warm-up (see :meth:`adapts_mass`)."""
+
+    def finish_adaptation(self, run, chain):
+        """After the last iteration of an adapting phase."""
+
+    def report(self, result, states):
+        """Add what this phase knows to a run's result (after the base assembly)."""
+
+
+class HMCPhase(Phase):
+    """Exact HMC with the leapfrog (the sampler's target for dynamics and test).
+
+    Parameters
+    ----------
+    name : str
+    leapfrog : LeapfrogSettings
+    adapt : bool
+        Stan's warm-up in this phase: dual averaging of the step size unless it is given,
+        and the windowed diagonal mass matrix when ``leapfrog.adapt_mass_matrix``.
+    keep : tuple of str
+    """
+
+    def __init__(self, name, leapfrog, adapt=False, keep=()):
+        super().__init__(name)
+        self.leapfrog, self.adapt, self.keep = leapfrog, adapt, tuple(keep)
+
+    def trajectory(self, run):
+        return self.leapfrog.n_steps, self.leapfrog.jitter
+
+    def make_chain(self, run):
+        return euclidean_chain(run.target, run.state, self.leapfrog.max_energy_error)
+
+    def begin(self, run, chain):
+        continue_from_previous(run.state, chain)
+        if self.adapt:
+            start_step_size(run, chain, self.leapfrog.step_size_of(run.state.chain),
+                            self.leapfrog.target_accept)
+
+    def adapts_step_size(self, run):
+        return self.adapt and self.leapfrog.step_size_of(run.state.chain) is None
+
+    def adapts_mass(self, run):
+        return self.adapt and self.leapfrog.adapt_mass_matrix
+
+    def window_end(self, run, chain, adapt_step):
+        # install the shrunk variance estimate as the inverse mass matrix and restart the
+        # step size from Stan's heuristic
+        n, variance = chain.take_variance()
+        inverse_mass = regularized_variance(n, variance)
+        chain.metric.set_inverse_mass(inverse_mass)
+        run.state.inverse_mass = inverse_mass
+        if adapt_step:
+            step_size = initial_step_size(chain, run.generator, chain.step_size,
+                                          self.leapfrog.target_accept)
+            chain.restart_step_size_adaptation(step_size, self.leapfrog.target_accept)
+
+    def finish_adaptation(self, run, chain):
+        if self.adapts_step_size(run) and run.state.phase_length(self.name) > 0:
+            chain.step_size = chain.final_step_size
+
+
+def start_step_size(run, chain, given, target_accept):
+    """At the start of an adapting phase: the given step size, or Stan's heuristic from 1
+    with dual averaging started from it."""
+    if given is None:
+        step_size = initial_step_size(chain, run.generator, target_accept=target_accept)
+        chain.restart_step_size_adaptation(step_size, target_accept)
+    else:
+        chain.step_size = given
+
+
+class HMCExploration(HMCPhase):
+    """Exact HMC whose states (with potentials and gradients) are a surrogate's training data.
+
+    Parameters
+    ----------
+    leapfrog : LeapfrogSettings
+    n_train : int or None
+        The final iterations used for training; None: all but the first fifth (the papers'
+        protocol scaled to the exploration).
+    training_data : {"trajectories", "states"}
+        Every leapfrog step of the window's trajectories (with its exact potential and
+        gradient), or the chain states (repeated rows from rejections included).
+    """
+
+    def __init__(self, leapfrog, n_train=None, training_data="trajectories"):
+        keep = ("samples", "records", "gradients")
+        if training_data == "trajectories":
+            keep += ("trajectory",)
+        super().__init__("exploration", leapfrog, adapt=True, keep=keep)
+        self.n_train, self.training_data = n_train, training_data
+
+    def window(self, state):
+        """The training window: a slice of the exploration's iterations."""
+        n_explore = state.phase_length(self.name)
+        n_train = n_explore - n_explore // 5 if self.n_train is None else self.n_train
+        return slice(n_explore - n_train, n_explore)
+
+    def check_moved(self, state, sampler_name):
+        """Raise RuntimeError if the window has no accepted move; else its acceptance rate."""
+        accepted = state.outputs[self.name]["records"]["accepted"][self.window(state)]
+        if not accepted.any():
+            raise RuntimeError(
+                f"{sampler_name} chain {state.chain}: the exact-HMC exploration accepted no "
+                f"move in its last {accepted.size} iterations, so there is nothing to fit a "
+                "surrogate to. Its step size or mass matrix is unsuitable: give a smaller "
+                "step_size, a longer exploration, or let the exploration adapt "
+                "(step_size=None).")
+        return float(accepted.mean())
+
+    def training_rows(self, state):
+        """The window's training rows: (Q, U, gradients)."""
+        history = state.outputs[self.name]
+        window = self.window(state)
+        if self.training_data == "trajectories":
+            # the steps of the window's trajectories, except those of diverging ones (whose
+            # far-out points would dominate the least-squares fit)
+            ends = history["trajectory_ends"]
+            rows_per_iteration = np.diff(ends, prepend=0)
+            wanted = np.zeros(len(ends), dtype=bool)
+            wanted[window] = ~history["records"]["diverging"][window].astype(bool)
+            rows = history["trajectory"][:ends[-1]][np.repeat(wanted, rows_per_iteration)]
+            d = state.dim
+            # and steps above the window's highest state potential plus the states' range:
+            # early trajectories, before the step size settles, reach far into the tails
+            U = -history["records"]["log_density"][window]
+            rows = rows[rows[:, d] <= 2 * np.max(U) - np.min(U)]
+            return rows[:, :d], rows[:, d], rows[:, d + 1:]
+        return (history["samples"][window], -history["records"]["log_density"][window],
+                history["gradients"][window])
+
+
+class RiemannianPhase(Phase):
+    """Exact RMHMC: the generalized leapfrog with a position-dependent metric.
+
+    Parameters
+    ----------
+    name : str
+    make_metric : callable
+        ``make_metric(dim)``: a new metric object (each chain factorises its own G).
+    solver : dict
+        ``GeneralizedLeapfrog``'s settings: tol, max_iterations, newton.
+    step_size, n_steps, jitter, target_accept, max_energy_error
+        As for :class:`LeapfrogSettings` (no mass matrix).
+    adapt : bool
+        Dual averaging of the step size (unless given).
+    keep : tuple of str
+    """
+
+    def __init__(self, name, make_metric, solver, leapfrog, adapt=False, keep=()):
+        super().__init__(name)
+        self.make_metric, self.solver, self.leapfrog = make_metric, solver, leapfrog
+        self.adapt, self.keep = adapt, tuple(keep)
+
+    def trajectory(self, run):
+        return self.leapfrog.n_steps, self.leapfrog.jitter
+
+    def make_chain(self, run):
+        return riemannian_chain(run.target, None, self.make_metric(run.state.dim),
+                                run.state.dim, self.solver, self.leapfrog.max_energy_error)
+
+    def begin(self, run, chain):
+        continue_from_previous(run.state, chain)
+        if self.adapt:
+            start_step_size(run, chain, self.leapfrog.step_size_of(run.state.chain),
+                            self.leapfrog.target_accept)
+
+    def adapts_step_size(self, run):
+        return self.adapt and self.leapfrog.step_size_of(run.state.chain) is None
+
+    def finish_adaptation(self, run, chain):
+        if self.adapts_step_size(run) and run.state.phase_length(self.name) > 0:
+            chain.step_size = chain.final_step_size
+
+
+def riemannian_chain(dynamics, test, metric, dim, solver, max_energy_error):
+    """A generalized-leapfrog chain with ``metric``."""
+    return Chain(dynamics, test, metric,
+                 GeneralizedLeapfrog(dim, solver["tol"], solver["max_iterations"],
+                                     solver["newton"]),
+                 max_energy_error=max_energy_error)
+
+
+def riemannian_report(result, states, phase="sampling", exact_metric=False):
+    """Add the implicit solver's statistics of ``phase`` to a result: ``solver_iterations``
+    (chains, draws): fixed-point iterations of each transition's trajectory;
+    ``mean_solver_iterations`` per chain; ``n_implicit_failures`` per chain (unconverged
+    solves: rejected proposals). With ``exact_metric`` (the metric is the model's own, not a
+    surrogate's: its evaluations are exact model work), per chain ``n_metric_evals`` and
+    ``n_metric_derivative_evals`` over all phases and their ``_sampling`` counts."""
+    import warnings
+    from ._result import user_stacklevel
+    if exact_metric:
+        def counts(index, phases):
+            return np.array([sum(s.evals.get(p, [0] * 4)[index] for p in phases)
+                             for s in states], dtype=np.int64)
+        every = [name for name, _ in states[0].phases]
+        for index, key in ((2, "n_metric_evals"), (3, "n_metric_derivative_evals")):
+            result[key] = counts(index, every)
+            result[key + "_sampling"] = counts(index, [phase])
+    records = np.stack([s.outputs[phase]["records"] for s in states])
+    result["solver_iterations"] = records["solver_iterations"].copy()
+    result["implicit_failed"] = records["solver_failed"].astype(bool)
+    result["n_implicit_failures"] = records["solver_failed"].sum(axis=1).astype(np.int64)
+    steps = np.maximum(records["n_steps"], 1)
+    result["mean_solver_iterations"] = (records["solver_iterations"] / steps).mean(axis=1)
+    failures = result["n_implicit_failures"]
+    if failures.sum():
+        warnings.warn(
+            f"{result.sampler}: {int(failures.sum())} proposals were rejected because an "
+            "implicit step of the generalized leapfrog did not converge or reached a point "
+            "where the metric is not positive definite (counted in n_implicit_failures). Use a "
+            "smaller step size or a larger max_fixed_point_iterations; for an indefinite "
+            "metric, softabs (the chain only visits points where the metric is positive "
+            "definite, so without SoftAbs it samples the posterior restricted to them).",
+            RuntimeWarning, stacklevel=user_stacklevel())
+    return result
+
+
+class MetropolisPhase(Phase):
+    """Adaptive Metropolis (see ``rnshmc._kernels._metropolis``): the proposal's covariance
+    re-estimated in doubling windows and its scale adapted to ``target_accept`` over the
+    first phase of the plan when ``adapting``, frozen otherwise.
+
+    Parameters
+    ----------
+    name : str
+    target_accept : float
+    adapting : bool
+    keep : tuple of str
+    """
+
+    def __init__(self, name, target_accept, adapting, keep=()):
+        super().__init__(name)
+        self.target_accept, self.adapting, self.keep = target_accept, adapting, tuple(keep)
+
+    def make_chain(self, run):
+        state = run.state
+        n_adapt = state.phases[0][1] if self.adapting else 0
+        ends = []
+        if n_adapt > 0:
+            ends = WarmupSchedule(n_adapt, init_buffer=0, term_buffer=terminal_buffer(n_adapt),
+                                  base_window=FIRST_WINDOW).ends
+        # identity covariance and scale 2.38 / sqrt(d) at first (the state restores the
+        # adapted ones)
+        return MetropolisChain(run.target, np.eye(state.dim), 2.38 / np.sqrt(state.dim),
+                               adapt=n_adapt > 0, n_adapt=n_adapt, window_ends=ends,
+                               target_accept=self.target_accept)
+
+
+@dataclasses.dataclass
+class ProposalState(PartState):
+    """The exploration's final random-walk proposal: scale times a Cholesky factor of the
+    covariance."""
+    covariance: np.ndarray
+    scale: float
+
+
+class MetropolisExploration(MetropolisPhase):
+    """Adaptive Metropolis whose evaluations are a surrogate's training data (values only).
+
+    Parameters
+    ----------
+    target_accept : float
+    n_train : int or None
+        The final iterations whose states (or evaluations) are used; None: with "states",
+        all but the first fifth; with "evaluations", every evaluation of the exploration.
+    training_data : {"evaluations", "states"}
+        Every proposal evaluated (except non-finite ones and those above the window's highest
+        state potential plus its range), or the chain states.
+    """
+
+    def __init__(self, target_accept, n_train=None, training_data="evaluations"):
+        super().__init__("exploration", target_accept, adapting=True,
+                         keep=("samples", "records", "proposals"))
+        self.n_train, self.training_data = n_train, training_data
+
+    def window(self, state):
+        n_explore = state.phase_length(self.name)
+        n_train = n_explore - n_explore // 5 if self.n_train is None else self.n_train
+        return slice(n_explore - n_train, n_explore)
+
+    def check_moved(self, state, sampler_name):
+        accepted = state.outputs[self.name]["records"]["accepted"][self.window(state)]
+        if not accepted.any():
+            raise RuntimeError(
+                f"{sampler_name} chain {state.chain}: the adaptive-Metropolis exploration "
+                f"accepted no move in its last {accepted.size} iterations, so there is nothing "
+                "to fit a surrogate to: give a longer exploration (tune) or a better init.")
+        return float(accepted.mean())
+
+    def end(self, run, chain):
+        # the adapted proposal: reported, and the sampling phase's inverse mass matrix unless
+        # one was given
+        state = run.state
+        state.parts["proposal"] = ProposalState(chain.get_state()["proposal_covariance"],
+                                                float(chain.step_size))
+        if state.inverse_mass is None:
+            state.inverse_mass = state.parts["proposal"].covariance
+
+    def training_rows(self, state):
+        """The training rows: (Q, U, None: no gradients)."""
+        history = state.outputs[self.name]
+        window = self.window(state)
+        U = -history["records"]["log_density"][window]
+        if self.training_data == "states":
+            return history["samples"][window], U, None
+        # all of the exploration's by default: the cap below leaves out its burn-in's far-out
+        # points (a few huge values would dominate the least-squares fit)
+        rows = history["proposals"][window if self.n_train is not None else slice(None)]
+        rows = rows[rows[:, -1] <= 2 * np.max(U) - np.min(U)]  # NaN (not finite) fails too
+        return rows[:, :-1], rows[:, -1], None
+
+    def report(self, result, states):
+        result["proposal_covariance"] = np.array([s.parts["proposal"].covariance for s in states])
+        result["proposal_scale"] = np.array([s.parts["proposal"].scale for s in states])
+
+
+# ---------------------------------------------------------------------------------------------
+# the surrogate: settings, fit, and the choice of the sampling kernel
+
+
+class SurrogateSettings:
+    """How a surrogate sampler fits its random network.
+
+    Parameters
+    ----------
+    n_hidden : int or "auto"
+        Hidden units ("auto": :meth:`hidden_units`).
+    nodes, activation, ridge, weight_scale, whiten
+        :class:`~rnshmc.RandomNetworkSurrogate`'s.
+    gradient_weight : float
+        Weight of the gradient misfit in the fit (0: values only).
+    values_weight_scale : float or None
+        With ``weight_scale`` None, additive units on whitened inputs: this over sqrt(dim)
+        (the smoother units of values-only fits); None: the surrogate's default.
+    """
+
+    def __init__(self, n_hidden="auto", nodes="additive", activation="softplus", ridge=1e-6,
+                 weight_scale=None, whiten=True, gradient_weight=1.0, values_weight_scale=None):
+        if n_hidden != "auto":
+            n_hidden = check_integer(n_hidden, "n_hidden", minimum=1)
+        self.n_hidden = n_hidden
+        self.gradient_weight = check_real(gradient_weight, "gradient_weight", lower=0.0,
+                                          lower_inclusive=True)
+        self.options = dict(nodes=nodes, activation=activation, ridge=ridge,
+                            weight_scale=weight_scale, whiten=whiten)
+        self.values_weight_scale = values_weight_scale
+        RandomNetworkSurrogate(2, n_hidden=2, rng=0, **self.options)  # checks the options
+
+    def hidden_units(self, dim):
+        """The hidden units for a ``dim``-dimensional target: ``n_hidden``, or with "auto"
+        1.5 times the d (d + 1) / 2 coefficients of a quadratic form, rounded up to a
+        hundred, at least 1000 and at most 4000 (a random network's Hessian is a sum of s
+        rank-one terms: with fewer units it cannot match even a Gaussian's)."""
+        if self.n_hidden != "auto":
+            return self.n_hidden
+        quadratic = 0.75 * dim * (dim + 1)
+        return int(min(4000, max(1000, 100 * math.ceil(quadratic / 100))))
+
+    def options_for(self, dim, n_hidden):
+        """The RandomNetworkSurrogate arguments of a fit in ``dim`` dimensions."""
+        options = dict(self.options, n_hidden=n_hidden)
+        if (self.values_weight_scale is not None and options["weight_scale"] is None
+                and options["whiten"] and options["nodes"] == "additive"):
+            options["weight_scale"] = self.values_weight_scale / math.sqrt(dim)
+        return options
+
+    def fit(self, dim, generator, Q, U, G, n_hidden, online=False):
+        """A new surrogate fitted to potentials ``U`` at ``Q`` (gradients ``G``), its random
+        units drawn from a child stream of ``generator`` (``online``: with the online
+        estimator started)."""
+        surrogate = RandomNetworkSurrogate(dim, rng=generator.spawn(1)[0],
+                                           **self.options_for(dim, n_hidden))
+        surrogate.fit(Q, U, gradients=G if self.gradient_weight > 0 else None,
+                      gradient_weight=self.gradient_weight, online=online)
+        return surrogate
+
+    def step_cost(self, target, dim, setting):
+        """A surrogate leapfrog step's cost in exact densities: ``setting`` if a number, else
+        (``"auto"``) the surrogate's gradient operation count over the target's
+        ``density_flops`` where it has one (0 otherwise: steps free)."""
+        if setting != "auto":
+            return setting
+        density_flops = getattr(target, "density_flops", None)
+        if not density_flops:
+            return 0.0
+        return (gradient_flops(dim, self.hidden_units(dim), self.options["whiten"])
+                / density_flops)
+
+
+@dataclasses.dataclass
+class FitState(PartState):
+    """A chain's fitted surrogate and the sampling kernel chosen with it."""
+    surrogate: Optional[dict] = None        # RandomNetworkSurrogate.get_state()
+    covariance: Optional[np.ndarray] = None  # the pooled explorations' (shared fits)
+    exploration_acceptance_rate: float = math.nan
+    explore_step_size: float = math.nan
+    sampling_step_size: float = math.nan
+    surrogate_n_steps: int = 0
+    exact_n_steps: int = 0
+    surrogate_acceptance_rate: float = math.nan  # the pilot's (values-only fits)
+
+
+def exploration_covariance(exploration, states):
+    """The covariance of the chains' training-window states (pooled)."""
+    samples = np.concatenate([s.outputs[exploration.name]["samples"][exploration.window(s)]
+                              for s in states])
+    dim = samples.shape[1]
+    covariance = np.atleast_2d(np.cov(samples, rowvar=False))
+    distinct = len(np.unique(samples, axis=0))
+    if distinct <= dim:
+        # too few distinct states (a short exploration in many dimensions) for a full-rank
+        # covariance: shrink it towards its diagonal (positive: the fit made sure the chain
+        # moved, and a move changes every coordinate)
+        weight = dim / (distinct + dim)
+        covariance = (1 - weight) * covariance + weight * np.diag(np.diag(covariance))
+    return covariance
+
+
+class SurrogateFit(Phase):
+    """The "training" phase: fit the surrogate to the exploration's training data (or receive
+    the shared fit), then choose the sampling kernel. No iterations.
+
+    Parameters
+    ----------
+    sampler_name : str
+    exploration : HMCExploration or MetropolisExploration
+    settings : SurrogateSettings
+    share : bool
+        One surrogate for all chains, fitted at a barrier to their pooled training data.
+    kernel : callable
+        ``kernel(run, fit, fit_state)``: chooses the sampling kernel once the surrogate is
+        fitted (sets ``fit_state.surrogate_n_steps``, ``exact_n_steps``, and may set the
+        step size in ``state.kernel``; see :class:`ExplorationKernel`, :class:`PilotKernel`).
+    online : OnlineInstalls or None
+        Told of every fit (ARNS-HMC keeps the fitted object as its online estimator).
+    """
+
+    def __init__(self, sampler_name, exploration, settings, share, kernel, online=None,
+                 step_cost="auto", jitter=True):
+        super().__init__("training")
+        self.sampler_name, self.exploration, self.settings = sampler_name, exploration, settings
+        self.share, self.kernel, self.online = share, kernel, online
+        self.step_cost_setting, self.jitter = step_cost, jitter
+
+    # a chain with a shared surrogate waits at the start of training for the pooled fit
+    def waiting(self, state):
+        return (self.share and state.phase == self.name and not state.phase_started
+                and "fit" not in state.parts)
+
+    def join(self, states):
+        if not any(self.waiting(s) for s in states):
+            return
+        # one surrogate fitted to every chain's training data (in chain order, with chain 0's
+        # random stream), given to every chain, and the pooled exploration's covariance for
+        # their trajectory lengths
+        Q, U, G = (None if parts[0] is None else np.concatenate(parts)  # (G: None without
+                   for parts in zip(*map(self.exploration.training_rows, states)))  # gradients)
+        generator = generator_from_json(states[0].rng)
+        surrogate = self.fit(states[0], generator, Q, U, G,
+                             self.settings.hidden_units(states[0].dim))
+        states[0].rng = generator_to_json(generator)
+        covariance = exploration_covariance(self.exploration, states)
+        for state in states:
+            state.parts["fit"] = FitState(surrogate=states[0].parts["fit"].surrogate,
+                                          covariance=covariance)
+            if state is not states[0] and self.online is not None:
+                self.online.fitted(state, surrogate, U)
+        if self.online is not None:
+            self.online.shared_fit(states)
+
+    def fit(self, state, generator, Q, U, G, n_hidden):
+        """Fit a new surrogate and make it the chain's."""
+        surrogate = self.settings.fit(state.dim, generator, Q, U, G, n_hidden,
+                                      online=self.online is not None)
+        fit = state.parts.setdefault("fit", FitState())
+        fit.surrogate = surrogate.get_state()
+        if self.online is not None:
+            self.online.fitted(state, surrogate, U)
+        return surrogate
+
+    def begin(self, run, chain):
+        state = run.state
+        rate = self.exploration.check_moved(state, self.sampler_name)
+        if "fit" not in state.parts:  # (fitted already when shared)
+            self.fit(state, run.generator, *self.exploration.training_rows(state),
+                     self.settings.hidden_units(state.dim))
+        fit = state.parts["fit"]
+        fit.exploration_acceptance_rate = rate
+        fit.explore_step_size = float(state.kernel["step_size"])
+        state.parts["dynamics"] = DynamicsState()
+        state.evals[self.name] = [0, 0]
+        self.kernel(run, self, fit)
+        if self.online is not None:
+            self.online.start(run)
+
+    def choose_n_steps(self, run, per="iteration"):
+        """The number of steps for min ESS per unit of cost: an exact density plus the
+        surrogate's steps (``per="iteration"``), or an exact gradient per step (exact
+        dynamics, ``per="step"``); see ``rnshmc.adaptation.trajectory_length_for_min_ess``."""
+        state = run.state
+        covariance = state.parts["fit"].covariance
+        if covariance is None:
+            covariance = exploration_covariance(self.exploration, [state])
+        n_steps, _ = trajectory_length_for_min_ess(
+            covariance, state.inverse_mass, state.kernel["step_size"], self.jitter,
+            MAX_AUTO_STEPS, per=per,
+            step_cost=self.settings.step_cost(run.sampler.target, state.dim,
+                                              self.step_cost_setting))
+        return n_steps
+
+    def surrogate(self, state):
+        """The surrogate the chain's dynamics run on."""
+        if self.online is not None:
+            return state.parts["online"].estimator
+        return RandomNetworkSurrogate.from_state(state.parts["fit"].surrogate)
+
+
+class ExplorationKernel:
+    """Sample with the exploration's step size and mass matrix; ``n_steps`` surrogate steps
+    per iteration ("auto": the shortest L with the best predicted min ESS per unit of cost),
+    and choose the exact stretches' L for min ESS per exact gradient."""
+
+    def __init__(self, n_steps="auto"):
+        self.n_steps = n_steps
+
+    def __call__(self, run, fit, fit_state):
+        fit_state.surrogate_n_steps = (fit.choose_n_steps(run) if self.n_steps == "auto"
+                                       else self.n_steps)
+        # exact stretches and the fallback pay a gradient per step: their L is chosen for min
+        # ESS per gradient (the exploration's L only had to adapt and spread training states)
+        fit_state.exact_n_steps = fit.choose_n_steps(run, per="step")
+
+
+class PilotKernel:
+    """Choose the sampling kernel without exact evaluations (values-only fits): the step size
+    adapted on the surrogate alone (unless given), the steps as :class:`ExplorationKernel`,
+    and the surrogate's own acceptance at that kernel (the reference of a warning).
+
+    A pilot is HMC on the surrogate alone: ``iterations`` trajectories, each from an
+    exploration state of the training window drawn at random, so it cannot drift where the
+    surrogate is wrong.
+    """
+
+    ITERATIONS = 300  # the step size's adaptation
+    CHECK = 100  # trajectories at the chosen kernel
+
+    def __init__(self, leapfrog, n_steps="auto"):
+        self.leapfrog, self.n_steps = leapfrog, n_steps
+
+    def __call__(self, run, fit, fit_state):
+        state = run.state
+        step_size = self.leapfrog.step_size_of(state.chain)
+        if step_size is None:
+            step_size, _ = self.pilot(run, fit, None, self.leapfrog.n_steps, self.ITERATIONS)
+        state.kernel = dict(state.kernel, step_size=step_size)  # where sampling starts
+        n_steps = fit.choose_n_steps(run) if self.n_steps == "auto" else self.n_steps
+        _, fit_state.surrogate_acceptance_rate = self.pilot(run, fit, step_size, n_steps,
+                                                            self.CHECK)
+        fit_state.surrogate_n_steps, fit_state.exact_n_steps = n_steps, 0
+
+    def pilot(self, run, fit, step_size, n_steps, n_iter):
+        """(step size, mean acceptance probability) of ``n_iter`` trajectories on the
+        surrogate; with ``step_size`` None it is adapted by dual averaging."""
+        state, generator = run.state, run.generator
+        chain = euclidean_chain(fit.surrogate(state)._ctarget, state,
+                                self.leapfrog.max_energy_error)
+        starts = state.outputs[fit.exploration.name]["samples"][fit.exploration.window(state)]
+        picks = generator.integers(len(starts), size=n_iter)
+        chain.set_position(starts[picks[0]])
+        adapt = step_size is None
+        if adapt:
+            step_size = initial_step_size(chain, generator,
+                                          target_accept=self.leapfrog.target_accept)
+            chain.restart_step_size_adaptation(step_size, self.leapfrog.target_accept)
+        else:
+            chain.step_size = step_size
+        samples, records = np.empty((1, state.dim)), np.empty(n_iter, TRANSITION)
+        for i, pick in enumerate(picks):
+            chain.set_position(starts[pick])
+            chain.run(generator, 1, n_steps, self.leapfrog.jitter, samples, records[i:i + 1],
+                      adapt_step_size=adapt)
+        return (chain.final_step_size if adapt else step_size,
+                float(records["accept_prob"].mean()))
+
+
+class FixedKernel:
+    """The sampling kernel is given (RNS-RMHMC): ``n_steps`` steps; the exact stretches' L
+    chosen as :class:`ExplorationKernel` does (reported)."""
+
+    def __init__(self, n_steps):
+        self.n_steps = n_steps
+
+    def __call__(self, run, fit, fit_state):
+        fit_state.surrogate_n_steps = self.n_steps
+        fit_state.exact_n_steps = fit.choose_n_steps(run, per="step")
+
+
+# ---------------------------------------------------------------------------------------------
+# sampling on the surrogate: trust watch and online installs
+
+
+@dataclasses.dataclass
+class DynamicsState(PartState):
+    """Which dynamics a surrogate chain runs, and the trust watch's record."""
+    mode: str = "surrogate"                  # or "exact"
+    surrogate_since: int = 0                 # the sampling iteration the surrogate came back
+    exact_until: Optional[int] = None        # the end of an exact stretch (None: to the end)
+    n_refits: int = 0
+    events: list = dataclasses.field(default_factory=list)
+    # evaluations of the chains of past stretches, by dynamics: [densities, gradients]
+    mode_evals: dict = dataclasses.field(
+        default_factory=lambda: {"exact": [0, 0], "surrogate": [0, 0]})
+
+    @classmethod
+    def from_tree(cls, tree):
+        tree = dict(tree)
+        tree.pop("kind", None)
+        if tree.get("exact_until") is not None:
+            tree["exact_until"] = int(tree["exact_until"])
+        tree["events"] = [dict(e) for e in tree.get("events") or []]
+        tree["mode_evals"] = {k: [int(x) for x in v] for k, v in tree["mode_evals"].items()}
+        return cls(**tree)
+
+
+class TrustWatch:
+    """The surrogate watched where the chain is: over every ``window`` sampling iterations on
+    the surrogate's dynamics, an acceptance rate under ``ratio`` times the exploration's
+    distrusts it; the chain then runs ``refit_iterations`` of exact HMC, the surrogate is
+    refitted with those states and ``refit_growth`` times the hidden units, and the chain goes
+    back to it; after ``max_refits`` refits, a distrust makes the rest exact HMC (fallback).
+    See ``docs/algorithms.md`` (RNS-HMC) for why the chain stays exact."""
+
+    def __init__(self, ratio=0.5, window=50, max_refits=2, refit_iterations=200,
+                 refit_growth=2.0):
+        self.ratio = check_real(ratio, "trust_ratio", lower=0.0, upper=1.0, upper_inclusive=True)
+        self.window = check_integer(window, "trust_window", minimum=10)
+        self.max_refits = check_integer(max_refits, "max_refits", minimum=0)
+        self.refit_iterations = check_integer(refit_iterations, "refit_iterations", minimum=1)
+        self.refit_growth = check_real(refit_growth, "refit_growth", lower=1.0,
+                                       lower_inclusive=True)
+
+
+@dataclasses.dataclass
+class OnlineState(PartState):
+    """ARNS-HMC's online estimator and its install schedule."""
+    estimator: object = None          # a RandomNetworkSurrogate fitted with online=True
+    shared: bool = False              # one estimator for all chains (installs at a barrier)
+    ceiling: float = math.inf         # rejected proposals above it are not added
+    install_rng: object = None        # the coin flips' stream (per chain)
+    coins_drawn: int = 0
+    install_times: Optional[np.ndarray] = None  # shared: drawn ahead for all chains
+    install_at: Optional[int] = None  # the next install (after this sampling iteration)
+    install_drawn: bool = False       # whether install_at is the current draw
+    pending_from: int = 0             # shared: the first iteration not yet added
+
+    def to_tree(self):
+        tree = super().to_tree()
+        tree["estimator"] = None if self.estimator is None \
+            else self.estimator.get_state(online=True)
+        tree["install_rng"] = None if self.install_rng is None \
+            else generator_to_json(self.install_rng)
+        return tree
+
+    @classmethod
+    def from_tree(cls, tree):
+        tree = dict(tree)
+        tree.pop("kind", None)
+        if tree["estimator"] is not None:
+            tree["estimator"] = RandomNetworkSurrogate.from_state(tree["estimator"])
+        if tree["install_rng"] is not None:
+            tree["install_rng"] = generator_from_json(tree["install_rng"])
+        for key in ("install_at",):
+            if tree[key] is not None:
+                tree[key] = int(tree[key])
+        return cls(**tree)
+
+
+def inverse_sqrt(t):
+    return 1.0 / np.sqrt(t)
+
+
+class OnlineInstalls:
+    """ARNS-HMC's learning during sampling: each proposal the exact test evaluated (or each
+    accepted state) is added to the online estimator, whose weights are installed into the
+    dynamics after sampling iteration t with probability a_t (default 1/sqrt(t)). The coin
+    flips do not depend on the chain, so they are drawn ahead and the C loop runs
+    uninterrupted from one install to the next. See ``docs/algorithms.md`` (ARNS-HMC).
+
+    Parameters
+    ----------
+    adaptation_rate : callable
+        a(t), t = 1, 2, ...
+    points : {"proposals", "accepted"}
+    freeze_after : int or None
+    """
+
+    def __init__(self, adaptation_rate=inverse_sqrt, points="proposals", freeze_after=None):
+        if points not in ("proposals", "accepted"):
+            raise ValueError(f"online_points must be 'proposals' or 'accepted', got {points!r}")
+        if not callable(adaptation_rate):
+            raise TypeError("adaptation_rate must be a callable a(t)")
+        self.adaptation_rate, self.points = adaptation_rate, points
+        self.freeze_after = None if freeze_after is None else check_integer(
+            freeze_after, "freeze_after", minimum=0)
+
+    def rate(self, t):
+        rate = float(self.adaptation_rate(t))
+        if not 0.0 <= rate <= 1.0:
+            raise ValueError(f"adaptation_rate({t}) = {rate!r} is not a probability")
+        return rate
+
+    def fitted(self, state, surrogate, U):
+        """A surrogate was just fitted to potentials ``U``: it is the chain's estimator."""
+        online = state.parts.setdefault("online", OnlineState())
+        online.estimator, online.shared = surrogate, False
+        # twice the fitted potentials' range above their minimum
+        online.ceiling = float(2 * np.max(U) - np.min(U))
+
+    def shared_fit(self, states):
+        """After a shared fit: the install times, common to all chains, drawn ahead from
+        chain 0's stream (not after the last draw: an install there changes no draw)."""
+        generator = generator_from_json(states[0].rng)
+        coins = generator.spawn(1)[0]
+        states[0].rng = generator_to_json(generator)
+        n_iter = states[0].phase_length("sampling") - 1
+        last = n_iter if self.freeze_after is None else min(n_iter, self.freeze_after)
+        times = [t for t in range(1, last + 1) if coins.random() < self.rate(t)]
+        for state in states:
+            online = state.parts["online"]
+            online.shared, online.install_times = True, np.array(times, np.int64)
+            online.pending_from = 0
+
+    def start(self, run):
+        # spawned after the surrogate's child stream, and not advancing the chain's stream:
+        # with adaptation frozen at 0 the draws are RNS-HMC's
+        run.state.parts["online"].install_rng = run.generator.spawn(1)[0]
+
+    def next_install(self, state, n_iter):
+        """The sampling iteration (1-based) after which the next install happens, or None.
+        The coin flips (u_t < a_t for t = 1, 2, ...) are drawn in order from their own
+        stream."""
+        online = state.parts["online"]
+        t = online.coins_drawn
+        if online.install_times is not None:  # shared: drawn ahead for all chains
+            times = online.install_times
+            following = times[np.searchsorted(times, t, side="right"):]
+            online.coins_drawn = int(following[0]) if len(following) else n_iter
+            return int(following[0]) if len(following) else None
+        last = n_iter if self.freeze_after is None else min(n_iter, self.freeze_after)
+        while t < last:
+            t += 1
+            rate = self.rate(t)
+            if rate > 0.0 and online.install_rng.random() < rate:
+                online.coins_drawn = t
+                return t
+        online.coins_drawn = t
+        return None
+
+    def segment_stop(self, state, n_iter, stop):
+        """Segments also end at the next install."""
+        online = state.parts["online"]
+        if not online.install_drawn:
+            online.install_at = self.next_install(state, n_iter)
+            online.install_drawn = True
+        return stop if online.install_at is None else min(stop, online.install_at)
+
+    def segment_done(self, state, first, n):
+        """After sampling iterations first, ..., first + n - 1: add their points to the
+        estimator (a chain's own) and install at an install time."""
+        outputs = state.outputs["sampling"]
+        online = state.parts["online"]
+        installed = outputs.setdefault("installed", np.zeros(len(outputs["records"]), dtype=bool))
+        added = outputs.setdefault("online_added", np.zeros(len(outputs["records"]), np.int64))
+        end = first + n if self.freeze_after is None else min(first + n, self.freeze_after)
+        if state.parts["dynamics"].mode == "surrogate" and first < end:
+            # the exact potentials the test computed; an exact stretch's states go to the
+            # refit that ends it instead
+            added[first:end] = self.online_points(state, slice(first, end))
+        if online.shared:
+            return  # the points wait for the other chains' (join)
+        Q, U = self.added_points(state, slice(first, end))
+        if len(U):
+            online.estimator.partial_fit(Q, U, install=False)
+        if online.install_at is not None and state.iteration == online.install_at:
+            online.estimator.install()
+            installed[online.install_at - 1] = True
+            online.install_drawn = False
+
+    def online_points(self, state, block):
+        """Which sampling iterations in ``block`` add their point to the estimator."""
+        records = state.outputs["sampling"]["records"][block]
+        new = records["accepted"].astype(bool)
+        if self.points == "proposals":
+            # rejected proposals only under the ceiling set at the last fit: farther out, a
+            # few huge values would dominate the least-squares fit
+            under = state.outputs["sampling"]["proposals"][block][:, -1] \
+                <= state.parts["online"].ceiling
+            new |= under & ~records["diverging"].astype(bool)
+        return new
+
+    def added_points(self, state, block):
+        """(Q, U): the points the iterations in ``block`` added."""
+        outputs = state.outputs["sampling"]
+        new = outputs["online_added"][block].astype(bool)
+        if self.points == "proposals":
+            rows = outputs["proposals"][block][new]
+            return rows[:, :-1], rows[:, -1]
+        return outputs["samples"][block][new], -outputs["records"]["log_density"][block][new]
+
+    # a chain on the shared estimator waits at each install for the others' points
+    def waiting(self, state):
+        online = state.parts.get("online")
+        return (online is not None and online.shared and state.phase == "sampling"
+                and online.install_drawn and online.install_at is not None
+                and state.iteration == online.install_at)
+
+    def join(self, states):
+        sharing = [s for s in states if "online" in s.parts and s.parts["online"].shared]
+        if not sharing or not all(self.waiting(s) for s in sharing) \
+                or any(s.phase != "sampling" for s in sharing):
+            return
+        # every chain's points since the last install, in chain order, then one install for all
+        estimator = sharing[0].parts["online"].estimator
+        for state in sharing:
+            online = state.parts["online"]
+            Q, U = self.added_points(state, slice(online.pending_from, state.iteration))
+            if len(U):
+                estimator.partial_fit(Q, U, install=False)
+        estimator.install()
+        for state in sharing:
+            online = state.parts["online"]
+            state.outputs["sampling"]["installed"][state.iteration - 1] = True
+            online.estimator = estimator
+            online.pending_from = state.iteration
+            online.install_drawn = False
+
+    def end(self, state):
+        online = state.parts["online"]
+        if online.shared:
+            # the points after the last install never reach the shared estimator (they would
+            # change no draw)
+            state.outputs["sampling"]["online_added"][online.pending_from:] = 0
+        state.parts["fit"].surrogate = online.estimator.get_state()
+
+    def report(self, result, states):
+        result["installed"] = np.stack([s.outputs["sampling"]["installed"] for s in states])
+        result["online_added"] = np.stack([s.outputs["sampling"]["online_added"]
+                                           for s in states])
+        result["n_installs"] = result["installed"].sum(axis=1).astype(np.int64)
+        result["n_online_points"] = np.array(
+            [s.parts["online"].estimator.n_online_points_ for s in states], dtype=np.int64)
+
+
+class SurrogateSampling(Phase):
+    """The "sampling" phase on a surrogate's dynamics with the exact Metropolis test (one
+    exact density per iteration), in segments between the trust watch's reviews and the
+    online installs.
+
+    Parameters
+    ----------
+    fit : SurrogateFit
+    leapfrog : LeapfrogSettings
+        The exploration's (exact stretches' max_energy_error, every stretch's jitter).
+    delayed_acceptance : bool
+        Two-stage test: stage 1 on the surrogate's energy, the exact density only for
+        proposals that pass it.
+    trust : TrustWatch or None
+    online : OnlineInstalls or None
+    keep_gradients : bool
+        Keep the dynamics gradient of every draw (an exact stretch's are a refit's data).
+    """
+
+    def __init__(self, fit, leapfrog, delayed_acceptance=False, trust=None, online=None,
+                 keep_gradients=True):
+        super().__init__("sampling")
+        self.fit, self.leapfrog, self.delayed_acceptance = fit, leapfrog, delayed_acceptance
+        self.trust, self.online = trust, online
+        self.keep = ("samples", "records") + (("gradients",) if keep_gradients else ()) \
+            + (("proposals",) if online is not None and online.points == "proposals" else ())
+
+    def make_chain(self, run):
+        state = run.state
+        if state.parts["dynamics"].mode == "exact":
+            return euclidean_chain(run.target, state, self.leapfrog.max_energy_error)
+        return euclidean_chain(self.fit.surrogate(state)._ctarget, state,
+                               self.leapfrog.max_energy_error, test=run.target,
+                               delayed_acceptance=self.delayed_acceptance)
+
+    def trajectory(self, run):
+        fit = run.state.parts["fit"]
+        exact = run.state.parts["dynamics"].mode == "exact"
+        return (fit.exact_n_steps if exact else fit.surrogate_n_steps), self.leapfrog.jitter
+
+    def begin(self, run, chain):
+        start_on_surrogate(run, chain)
+
+    def iterate(self, run, chain, budget):
+        state = run.state
+        n_iter = state.phase_length(self.name)
+        outputs = state.outputs.setdefault(self.name, {})
+        exact = outputs.setdefault("exact_dynamics", np.zeros(n_iter, dtype=bool))
+        dynamics = state.parts["dynamics"]
+        ran = 0
+        while ran < budget and state.iteration < n_iter:
+            first = state.iteration
+            stop = min(self.segment_stop(state, n_iter), n_iter)
+            n = run.run_chunks(self, chain, min(budget - ran, stop - first))
+            if n == 0:
+                break
+            ran += n
+            exact[first:first + n] = dynamics.mode == "exact"
+            if self.online is not None:
+                self.online.segment_done(state, first, n)
+            if state.iteration == stop < n_iter and self.review_trust(run, chain):
+                break  # the dynamics changed: the runner builds the new chain
+            if self.waiting(state) or run.past_deadline():
+                break
+        return ran
+
+    def segment_stop(self, state, n_iter):
+        """The sampling iteration where the current segment ends (a trust review, an
+        install)."""
+        dynamics = state.parts["dynamics"]
+        if dynamics.mode == "exact":
+            stop = n_iter if dynamics.exact_until is None else dynamics.exact_until
+        elif self.trust is None:
+            stop = n_iter
+        else:
+            since, window = dynamics.surrogate_since, self.trust.window
+            stop = since + ((state.iteration - since) // window + 1) * window
+        if self.online is not None:
+            stop = self.online.segment_stop(state, n_iter, stop)
+        return stop
+
+    def review_trust(self, run, chain):
+        """At a segment's end: distrust the surrogate after a poor window, refit after an exact
+        stretch. Returns True when the dynamics changed."""
+        state = run.state
+        dynamics = state.parts["dynamics"]
+        t = state.iteration
+        if dynamics.mode == "exact":
+            if dynamics.exact_until != t:
+                return False
+            self.refit(run)
+            self.switch_dynamics(run, chain, "surrogate")
+            dynamics.surrogate_since, dynamics.exact_until = t, None
+            return True
+        trust = self.trust
+        if trust is None or (t - dynamics.surrogate_since) % trust.window:
+            return False
+        rate = float(state.outputs["sampling"]["records"]["accepted"][t - trust.window:t].mean())
+        reference = state.parts["fit"].exploration_acceptance_rate
+        if rate >= trust.ratio * reference:
+            return False
+        refit = dynamics.n_refits < trust.max_refits
+        dynamics.events.append(dict(
+            iteration=t, window_acceptance=rate, exploration_acceptance=reference,
+            action="refit" if refit else "fallback"))
+        dynamics.exact_until = t + trust.refit_iterations if refit else None
+        self.switch_dynamics(run, chain, "exact")
+        return True
+
+    def refit(self, run):
+        """Refit the surrogate to the exploration's training data plus the exact stretches'
+        states, with ``refit_growth`` times the hidden units."""
+        state = run.state
+        dynamics = state.parts["dynamics"]
+        outputs = state.outputs["sampling"]
+        t = state.iteration
+        exact = outputs["exact_dynamics"][:t]
+        Q, U, G = (outputs["samples"][:t][exact], -outputs["records"]["log_density"][:t][exact],
+                   outputs["gradients"][:t][exact])
+        # the old surrogate's misfit at the newest exact states (out of sample: where the
+        # chain went), centred (a constant offset does not matter)
+        newest = slice(-(t - dynamics.events[-1]["iteration"]), None)
+        old = self.fit.surrogate(state)
+        misfit = old.predict(Q[newest]) - U[newest]
+        Q0, U0, G0 = self.fit.exploration.training_rows(state)
+        n_hidden = int(round(old.n_hidden * self.trust.refit_growth))
+        surrogate = self.fit.fit(state, run.generator, np.vstack([Q0, Q]),
+                                 np.concatenate([U0, U]), np.vstack([G0, G]), n_hidden)
+        dynamics.n_refits += 1
+        dynamics.events[-1].update(
+            misfit_before=float(np.sqrt(np.mean((misfit - misfit.mean()) ** 2))),
+            fit_residual=float(surrogate.fit_residual_), n_hidden=n_hidden,
+            n_train=int(surrogate.n_train_))
+
+    def switch_dynamics(self, run, chain, mode):
+        """Carry the chain over to the exact or the surrogate's dynamics at its position; its
+        evaluation counters so far are kept per kind of dynamics."""
+        state = run.state
+        dynamics = state.parts["dynamics"]
+        counts = dynamics.mode_evals[dynamics.mode]
+        counts[0] += chain.n_density_evals
+        counts[1] += chain.n_gradient_evals
+        dynamics.mode = mode
+        new = self.make_chain(run)
+        new.set_position(chain.position)
+        fit = state.parts["fit"]
+        new.step_size = fit.explore_step_size if mode == "exact" else fit.sampling_step_size
+        run.keep_current(self.name, new)
+
+    def waiting(self, state):
+        return self.online is not None and self.online.waiting(state)
+
+    def join(self, states):
+        if self.online is not None:
+            self.online.join(states)
+
+    def end(self, run, chain):
+        if self.online is not None:
+            self.online.end(run.state)
+
+    def report(self, result, states):
+        surrogate_report(result, states)
+        if self.online is not None:
+            self.online.report(result, states)
+
+
+def start_on_surrogate(run, chain):
+    """Continue from the exploration's last state on the surrogate's dynamics; the exact
+    evaluation there counts to training."""
+    state = run.state
+    chain.set_position(state.kernel["position"])
+    chain.step_size = state.kernel["step_size"]
+    state.parts["fit"].sampling_step_size = chain.step_size
+    state.evals["training"][0] += chain.n_density_evals
+    chain.n_density_evals = chain.n_gradient_evals = 0
+
+
+def sampling_evals(state):
+    """Exact density, exact gradient and surrogate gradient evaluations of the sampling phase
+    (over its exact and surrogate dynamics)."""
+    dynamics = state.parts["dynamics"]
+    counts = {k: list(v) for k, v in dynamics.mode_evals.items()}
+    current = state.evals.get("sampling", [0, 0])
+    counts[dynamics.mode][0] += current[0]
+    counts[dynamics.mode][1] += current[1]
+    return (counts["exact"][0] + counts["surrogate"][0], counts["exact"][1],
+            counts["surrogate"][1])
+
+
+def surrogate_report(result, states):
+    """A surrogate sampler's evaluation counts (the exploration's, training's and any other
+    phase before sampling count as ``_explore``), its fits and its trust record."""
+    per_chain = lambda f, dtype=None: np.array([f(s) for s in states], dtype=dtype)
+    sampling = per_chain(sampling_evals, np.int64)
+    before = [name for name, _ in states[0].phases if name != "sampling"]
+    result["n_density_evals_sampling"] = sampling[:, 0]
+    result["n_gradient_evals_sampling"] = sampling[:, 1]
+    result["n_surrogate_gradient_evals"] = sampling[:, 2]
+    result["n_density_evals_explore"] = per_chain(
+        lambda s: sum(s.evals.get(name, [0, 0])[0] for name in before), np.int64)
+    result["n_gradient_evals"] = (per_chain(lambda s: s.evals["exploration"][1], np.int64)
+                                  + result["n_gradient_evals_sampling"])
+    result["n_density_evals"] = (result["n_density_evals_explore"]
+                                 + result["n_density_evals_sampling"])
+    fits = [s.parts["fit"] for s in states]
+    result["surrogate_n_steps"] = np.array([f.surrogate_n_steps for f in fits], dtype=np.int64)
+    result["exact_n_steps"] = np.array([f.exact_n_steps for f in fits], dtype=np.int64)
+    result["exploration_acceptance_rate"] = np.array(
+        [f.exploration_acceptance_rate for f in fits])
+    surrogates = [f.surrogate for f in fits]
+    result["n_train"] = np.array([s["n_train_"] for s in surrogates], dtype=np.int64)
+    result["fit_residual"] = np.array([s["fit_residual_"] for s in surrogates])
+    result["gradient_residual"] = np.array(
+        [np.nan if s["gradient_residual_"] is None else s["gradient_residual_"]
+         for s in surrogates])
+    result["surrogate"] = surrogates
+    draws = result.samples.shape[1]
+    result["exact_dynamics"] = np.stack(
+        [s.outputs["sampling"].get("exact_dynamics", np.zeros(draws, dtype=bool))
+         for s in states])
+    dynamics = [s.parts["dynamics"] for s in states]
+    result["n_refits"] = np.array([d.n_refits for d in dynamics], dtype=np.int64)
+    result["trust_events"] = [list(d.events) for d in dynamics]
+    result["fallback"] = np.array([any(e["action"] == "fallback" for e in events)
+                                   for events in result["trust_events"]])
+
+
+class RiemannianSurrogatePhase(Phase):
+    """The generalized leapfrog on a surrogate's potential and Hessian metric, with the exact
+    Metropolis test (RNS-RMHMC): its "adaptation" (dual averaging of the step size, unless
+    given) or its "sampling" phase.
+
+    Parameters
+    ----------
+    name : {"adaptation", "sampling"}
+    fit : SurrogateFit
+    metric : {"hessian", "diagonal"}
+    softabs : float
+    solver : dict
+        ``GeneralizedLeapfrog``'s settings.
+    leapfrog : LeapfrogSettings
+        The step size (None: adapted), steps, jitter, target_accept and max_energy_error.
+    after_adaptation : bool
+        (sampling) whether an adaptation phase came before.
+    """
+
+    def __init__(self, name, fit, metric, softabs, solver, leapfrog, after_adaptation=False):
+        super().__init__(name)
+        self.fit, self.metric, self.softabs = fit, metric, softabs
+        self.solver, self.leapfrog, self.after_adaptation = solver, leapfrog, after_adaptation
+        self.adapt = name == "adaptation"
+        self.keep = ("samples", "records", "gradients") if name == "sampling" else ()
+
+    def trajectory(self, run):
+        return self.leapfrog.n_steps, self.leapfrog.jitter
+
+    def make_chain(self, run):
+        surrogate = RandomNetworkSurrogate.from_state(run.state.parts["fit"].surrogate)
+        metric = surrogate.hessian_metric(diagonal=self.metric == "diagonal",
+                                          softabs=self.softabs)
+        return riemannian_chain(surrogate._ctarget, run.target, metric, run.state.dim,
+                                self.solver, self.leapfrog.max_energy_error)
+
+    def begin(self, run, chain):
+        if self.adapt:
+            start_on_surrogate(run, chain)
+            step_size = initial_step_size(chain, run.generator,
+                                          target_accept=self.leapfrog.target_accept)
+            chain.restart_step_size_adaptation(step_size, self.leapfrog.target_accept)
+        elif self.after_adaptation:
+            # continue from the adaptation's last state with its averaged step size
+            chain.set_state(run.state.kernel, counters=False)
+        else:
+            start_on_surrogate(run, chain)
+            chain.step_size = self.leapfrog.step_size_of(run.state.chain)
+
+    def adapts_step_size(self, run):
+        return self.adapt and self.leapfrog.step_size_of(run.state.chain) is None
+
+    def finish_adaptation(self, run, chain):
+        if self.adapts_step_size(run) and run.state.phase_length(self.name) > 0:
+            chain.step_size = chain.final_step_size
+
+    def report(self, result, states):
+        if self.name == "sampling":
+            surrogate_report(result, states)

@@ -1,0 +1,160 @@
+"""A run's result from its chains' states: assembly, the draws of an interrupted run, and the
+warnings about what went wrong (stuck chains, failed health checks, a poor surrogate)."""
+import os
+import sys
+import warnings
+
+import numpy as np
+
+from ..diagnostics import SamplingWarning, health
+from ..results import SampleResult
+from ..state import ChainState
+
+__all__ = ["base_result", "cut_to", "user_stacklevel", "warn_if_acceptance_collapsed"]
+
+# result["timings"] keys of the phases (others are keyed by their names)
+TIMING_NAMES = {"warmup": "tune", "exploration": "tune", "training": "train"}
+
+
+def user_stacklevel():
+    """The ``stacklevel`` that makes a warning point at the first caller outside rnshmc."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
+def base_result(name, states):
+    """The result of finished chains: the sampling phase's draws and records, the step sizes
+    and mass matrices, evaluation counts (each phase's chain counters summed) and timings.
+
+    Parameters
+    ----------
+    name : str
+        The sampler's name.
+    states : list of ChainState
+
+    Returns
+    -------
+    SampleResult
+    """
+    stack = lambda key: np.stack([s.outputs["sampling"][key] for s in states])
+    records = stack("records")
+    evals = lambda phase, i: np.array([s.evals.get(phase, [0, 0])[i] for s in states],
+                                      dtype=np.int64)
+    total = lambda i: sum(evals(phase, i) for phase, _ in states[0].phases)
+    timings = {}
+    for s in states:
+        for phase, seconds in s.timings.items():
+            key = TIMING_NAMES.get(phase, phase)
+            timings[key] = timings.get(key, 0.0) + seconds
+    inverse_mass = [s.inverse_mass for s in states]
+    accepted = records["accepted"].astype(bool)
+    result = SampleResult(
+        sampler=name,
+        samples=stack("samples"),
+        log_density=records["log_density"].copy(),
+        accepted=accepted,
+        accept_prob=records["accept_prob"].copy(),
+        acceptance_rate=accepted.mean(axis=1),
+        diverging=records["diverging"].astype(bool),
+        energy=records["energy"].copy(),
+        step_size=np.array([s.kernel["step_size"] for s in states]),
+        n_steps=records["n_steps"].copy(),
+        inverse_mass_matrix=None if inverse_mass[0] is None else np.stack(inverse_mass),
+        n_density_evals=total(0),
+        n_gradient_evals=total(1),
+        n_density_evals_sampling=evals("sampling", 0),
+        n_gradient_evals_sampling=evals("sampling", 1),
+        timings=timings,
+    )
+    warn_about_stuck_chains(name, result)
+    warn_about_health(name, result)
+    return result
+
+
+def cut_to(state, draws):
+    """A copy of a chain's state whose sampling phase ends after ``draws`` iterations (what
+    was drawn of a run that was stopped), for a result."""
+    index = [name for name, _ in state.phases].index("sampling")
+    n = state.phases[index][1]
+    sampling = state.outputs.get("sampling", {})
+    state = ChainState.from_dict(dict(state.to_dict(),
+                                      outputs=dict(state.outputs, sampling={}))).copy()
+    state.phases[index] = ["sampling", draws]
+    state.outputs["sampling"] = {key: value[:draws].copy() if isinstance(value, np.ndarray)
+                                 and value.shape[:1] == (n,) else value
+                                 for key, value in sampling.items()}
+    state.phase_index, state.iteration = len(state.phases), 0
+    return state
+
+
+def drawn_so_far(name, states, draws, checkpoint=None):
+    """The states of an interrupted run cut to what every chain with sampling draws has
+    drawn (warned about), or None when no chain has a draw."""
+    drawn = [(s, s.iteration if s.phase == "sampling" else (draws if s.done else 0))
+             for s in states or []]
+    drawn = [(s, n) for s, n in drawn if n > 0]
+    if not drawn:
+        return None
+    kept = min(n for _, n in drawn)
+    saved = "" if checkpoint is None else f" (the run is saved in {checkpoint})"
+    warnings.warn(f"{name}: interrupted; returning the first {kept} of {draws} draws of "
+                  f"chains {[s.chain for s, _ in drawn]} (the chains with sampling "
+                  f"draws){saved}", RuntimeWarning, stacklevel=user_stacklevel())
+    return [cut_to(s, kept) for s, _ in drawn]
+
+
+def warn_about_health(name, result):
+    """Stan's and PyMC's checks after sampling (R-hat, bulk and tail ESS per chain,
+    divergences: :func:`rnshmc.diagnostics.health`): kept in ``result["health"]``, and one
+    :class:`~rnshmc.diagnostics.SamplingWarning` saying what failed."""
+    checks, problems = health(result.samples, result.diverging)
+    result["health"] = dict(checks, problems=problems)
+    if problems:
+        warnings.warn(f"{name}: " + "; ".join(problems) + ".", SamplingWarning,
+                      stacklevel=user_stacklevel())
+
+
+def warn_about_stuck_chains(name, result):
+    """Warn about chains that never moved or whose every proposal diverged while sampling."""
+    for chain in range(result.samples.shape[0]):
+        if np.all(result.diverging[chain]):
+            warnings.warn(f"{name} chain {chain}: every proposal of the sampling phase diverged "
+                          "(energy error above max_energy_error or non-finite): its draws are "
+                          "all the same point. Use a smaller step size.",
+                          RuntimeWarning, stacklevel=user_stacklevel())
+        elif not np.any(result.accepted[chain]):
+            warnings.warn(f"{name} chain {chain}: no proposal of the sampling phase was "
+                          "accepted: its draws are all the same point and tell nothing about "
+                          "the posterior. Use a smaller step size (or longer warm-up).",
+                          RuntimeWarning, stacklevel=user_stacklevel())
+
+
+def warn_if_acceptance_collapsed(name, accepted, reference, reference_is, advice):
+    """Warn about a chain whose acceptance over a window of draws (a tenth, at least 50) is
+    under a third of ``reference`` (per chain).
+
+    Parameters
+    ----------
+    name : str
+    accepted : ndarray of bool, shape (chains, draws)
+    reference : ndarray of shape (chains,)
+    reference_is : str
+        What the reference is, for the message.
+    advice : str
+        What to try, for the message.
+    """
+    draws = accepted.shape[1]
+    width = min(max(50, draws // 10), draws)
+    windows = accepted[:, :draws // width * width].reshape(len(accepted), -1, width).mean(axis=2)
+    for chain, (rates, rate) in enumerate(zip(windows, reference)):
+        low = np.flatnonzero(rates < rate / 3)
+        if low.size:
+            warnings.warn(
+                f"{name} chain {chain}: acceptance fell to {rates[low[0]]:.2f} over draws "
+                f"{low[0] * width}-{(low[0] + 1) * width - 1}, under a third of {reference_is} "
+                f"({rate:.2f}). The surrogate is poor in part of the posterior: the chain is "
+                f"still exact but mixes slowly there. {advice}",
+                RuntimeWarning, stacklevel=user_stacklevel())

@@ -1,0 +1,203 @@
+"""Checkpoints of whole runs: write them atomically, resume them bit for bit.
+
+A checkpoint (``.npz`` without pickle) holds every chain's :class:`~rnshmc.state.ChainState`
+(the phase under way's outputs cut to the rows drawn), the sampler's class and the arguments
+it was made with, the run's arguments, and a point with its log density that the resumed
+run's target must reproduce. Samplers register here (by class name) when they are defined,
+so :func:`resume` finds the class of a saved run without importing the samplers.
+"""
+import datetime
+import os
+
+import numpy as np
+
+from ..models import Gaussian
+from ..results import SampleResult, load as load_tree
+from ..state import ChainState
+from ..targets import as_ctarget, target_dim
+from ..validation import check_integer
+
+__all__ = ["Checkpointer", "checkpoint_interval", "resume", "SAMPLERS"]
+
+_CHECKPOINT_FORMAT = "rnshmc.Checkpoint/2"
+
+# sampler classes by name (filled by rnshmc.samplers._base.Sampler.__init_subclass__)
+SAMPLERS = {}
+
+
+def checkpoint_interval(every):
+    """``sample()``'s ``checkpoint_every`` as (iterations, seconds), one of them None.
+
+    Parameters
+    ----------
+    every : int, str or datetime.timedelta
+        Iterations per chain, or a duration ("90s", "10min", "2h", "1.5h", a timedelta).
+
+    Returns
+    -------
+    (int or None, float or None)
+
+    Raises
+    ------
+    ValueError
+        For anything else, or a duration or count that is not positive.
+    """
+    if isinstance(every, datetime.timedelta):
+        seconds = every.total_seconds()
+    elif isinstance(every, str):
+        units = {"s": 1.0, "min": 60.0, "h": 3600.0}
+        number = every.strip().rstrip("".join(sorted(set("".join(units)))))
+        unit = every.strip()[len(number):]
+        try:
+            seconds = float(number) * units[unit]
+        except (KeyError, ValueError):
+            raise ValueError(f"checkpoint_every must be an int (iterations) or a duration such "
+                             f"as '90s', '10min' or '2h', got {every!r}") from None
+    else:
+        return check_integer(every, "checkpoint_every", minimum=1), None
+    if not seconds > 0 or not np.isfinite(seconds):
+        raise ValueError(f"checkpoint_every must be a positive duration, got {every!r}")
+    return None, float(seconds)
+
+
+class Checkpointer:
+    """Writes a run's checkpoints to ``path``.
+
+    Parameters
+    ----------
+    path : str or path-like
+    sampler : rnshmc.samplers._base.Sampler
+    run : dict
+        The run's arguments (``draws``, ``checkpoint_every`` or ``checkpoint_seconds``).
+    """
+
+    def __init__(self, path, sampler, run):
+        self.path, self.sampler, self.run = os.fspath(path), sampler, dict(run)
+        self.every = run.get("checkpoint_every")
+        self.seconds = run.get("checkpoint_seconds")
+
+    def write(self, states):
+        """Write every chain's state, the sampler's configuration and the run's arguments
+        atomically (a temporary file beside the checkpoint, flushed to disk, then renamed over
+        it): a reader sees the previous checkpoint or this one, never a part."""
+        sampler = self.sampler
+        tree = SampleResult(format=_CHECKPOINT_FORMAT, sampler=type(sampler).__name__,
+                            arguments=sampler.checkpoint_arguments(), run=self.run,
+                            states=[_state_tree(state) for state in states],
+                            target_check=_target_check(sampler.target, states[0]))
+        temporary = f"{self.path}.partial.npz"  # the .npz suffix keeps numpy from adding one
+        try:
+            with open(temporary, "wb") as f:
+                tree.save(f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(temporary, self.path)
+        finally:  # interrupted while writing: the previous checkpoint stands
+            if os.path.exists(temporary):
+                os.remove(temporary)
+
+
+def _state_tree(state):
+    """A state for a checkpoint: the phase under way's outputs cut to the rows drawn (their
+    full lengths kept in ``rows``: restored by :func:`_state_from_tree`)."""
+    tree = state.to_dict()
+    tree["phases"] = [list(p) for p in state.phases]
+    tree["rows"] = {}
+    if not state.done:
+        name, n_iter = state.phases[state.phase_index]
+        outputs = dict(state.outputs.get(name, {}))
+        for key, value in outputs.items():
+            if not isinstance(value, np.ndarray) or value.ndim == 0:
+                continue
+            if key == "trajectory":  # n_iter x n_steps rows, filled up to the last end
+                used = int(outputs["trajectory_ends"][state.iteration - 1]) if state.iteration else 0
+            elif value.shape[0] == n_iter:
+                used = state.iteration
+            else:
+                continue
+            tree["rows"][key] = value.shape[0]
+            outputs[key] = value[:used]
+        tree["outputs"] = dict(state.outputs, **{name: outputs})
+    return tree
+
+
+def _state_from_tree(tree):
+    tree = dict(tree)
+    rows = tree.pop("rows", {}) or {}
+    tree["phases"] = [[str(name), int(n)] for name, n in tree["phases"]]
+    state = ChainState.from_dict(tree)
+    if rows:
+        name = state.phases[state.phase_index][0]
+        outputs = state.outputs[name]
+        for key, n in rows.items():
+            value = outputs[key]
+            full = np.zeros((int(n),) + value.shape[1:], dtype=value.dtype)
+            full[:value.shape[0]] = value
+            outputs[key] = full
+    return state
+
+
+def _target_check(target, state):
+    """(point, log density there) that a resumed run's target must reproduce."""
+    point = np.array(state.init, dtype=np.float64)
+    return [point, -float(as_ctarget(target, state.dim).eval_potential(point))]
+
+
+def resume(path, target=None, progress=True, pool="auto"):
+    """Continue the run saved in the checkpoint ``path`` to its end.
+
+    The draws equal those of the uninterrupted ``sample()`` call bit for bit (for a run
+    stopped between transitions: a checkpoint written every ``checkpoint_every``
+    iterations, at a Ctrl-C of a C-level model, or at a failure in another chain), and the
+    result holds all of them. The run goes on writing checkpoints to ``path``.
+
+    Parameters
+    ----------
+    path : str or path-like
+    target : the model
+        The run's target. A checkpoint does not hold the model (a Python function cannot be
+        saved without pickle); a built-in :class:`rnshmc.models.Gaussian` is rebuilt when
+        not given.
+    progress, pool
+        As for ``sample()``.
+
+    Returns
+    -------
+    SampleResult
+
+    Raises
+    ------
+    ValueError
+        If the file is not a readable checkpoint, or ``target`` is not the run's model (its
+        dimension, or its log density at the run's first starting point, differs). Nothing
+        is written then.
+    """
+    try:
+        tree = dict(load_tree(path))
+    except Exception as error:  # noqa: BLE001 - any unreadable file is reported the same way
+        raise ValueError(f"{path}: not a readable rnshmc checkpoint ({error})") from None
+    if tree.get("format") != _CHECKPOINT_FORMAT:
+        raise ValueError(f"{path}: not an rnshmc checkpoint (of this version of rnshmc)")
+    try:
+        cls = SAMPLERS[tree["sampler"]]
+        states = [_state_from_tree(s) for s in tree["states"]]
+        arguments, run = dict(tree["arguments"]), dict(tree["run"])
+        point, log_density = tree["target_check"]
+    except (KeyError, TypeError, AttributeError, ValueError) as error:
+        raise ValueError(f"{path}: malformed rnshmc checkpoint ({error!r})") from None
+    spec = arguments.pop("target_spec", None)
+    if target is None:
+        if spec is None:
+            raise ValueError(f"{path}: give the run's target to resume (a checkpoint holds "
+                             "the model only for built-in Gaussians)")
+        target = Gaussian(spec["mean"], precision=spec["precision"])
+    if hasattr(target, "dim") and target_dim(target) != states[0].dim:
+        raise ValueError(f"{path}: the run's model has dimension {states[0].dim}, the target "
+                         f"given {target_dim(target)}")
+    sampler = cls.from_checkpoint_arguments(target, arguments)
+    check = _target_check(target, states[0])[1]
+    if not np.isclose(check, float(log_density), rtol=1e-10, atol=1e-12):
+        raise ValueError(f"{path}: the target is not the run's model (log density "
+                         f"{check!r} at the run's starting point, the run's {float(log_density)!r})")
+    return sampler.continue_run(states, run, progress=progress, pool=pool,
+                                checkpointer=Checkpointer(path, sampler, run))
