@@ -8,7 +8,8 @@ of a default was meant, and said so).
     python benchmarks/guard_draws.py compare guard.npz
 
 Each configuration runs 2 chains serially (``pool=None``), short runs, with a sampler's main
-options; the arguments are the ones users call (old names included).
+options; the arguments are the ones users call (deprecated names included: they must give the
+same draws as their new spelling).
 """
 import argparse
 import sys
@@ -54,10 +55,6 @@ def _l2hmc_surrogate():
     return l2
 
 
-def _rmhmc_started(target):
-    return rnshmc.RMHMC(target, metric="fisher", step_size=0.3, n_steps=3)
-
-
 # name -> (make sampler, sample() arguments)
 CONFIGS = {
     "hmc_adapt": (lambda: rnshmc.HMC(_gaussian(), n_steps=5), dict(draws=150, tune=150)),
@@ -69,14 +66,17 @@ CONFIGS = {
     "hmc_python": (lambda: rnshmc.HMC(_python_target(), n_steps=4), dict(draws=100, tune=100)),
     "hmc_logistic": (lambda: rnshmc.HMC(_logistic(), n_steps=5), dict(draws=100, tune=100)),
     "hmc_pde": (lambda: rnshmc.HMC(_pde(), n_steps=5), dict(draws=60, tune=60)),
+    # (hmc_warmup=0: RMHMC from the start, as before the exact-HMC approach became the default)
     "rmhmc_fisher": (lambda: rnshmc.RMHMC(_logistic(), metric="fisher", step_size=0.3,
-                                          n_steps=3), dict(draws=60, tune=20)),
-    "rmhmc_adapt": (lambda: rnshmc.RMHMC(_logistic(), metric="fisher", n_steps=3),
-                    dict(draws=50, tune=50)),
+                                          n_steps=3, hmc_warmup=0), dict(draws=60, tune=20)),
+    "rmhmc_adapt": (lambda: rnshmc.RMHMC(_logistic(), metric="fisher", n_steps=3,
+                                         hmc_warmup=0), dict(draws=50, tune=50)),
     "rmhmc_newton": (lambda: rnshmc.RMHMC(_logistic(), metric="fisher", step_size=0.3,
-                                          n_steps=3, newton=True), dict(draws=40, tune=10)),
+                                          n_steps=3, newton=True, hmc_warmup=0),
+                     dict(draws=40, tune=10)),
     "rmhmc_gauss_newton": (lambda: rnshmc.RMHMC(_pde(), metric="gauss_newton", step_size=0.3,
-                                                n_steps=3), dict(draws=30, tune=10)),
+                                                n_steps=3, hmc_warmup=0),
+                           dict(draws=30, tune=10)),
     "rns_default": (lambda: rnshmc.RNSHMC(_logistic(), n_hidden=200),
                     dict(draws=150, tune=150)),
     "rns_states_da": (lambda: rnshmc.RNSHMC(_logistic(), n_hidden=200, training_data="states",
@@ -90,8 +90,9 @@ CONFIGS = {
                   dict(draws=200, tune=80)),
     "rns_pde": (lambda: rnshmc.RNSHMC(_pde(), n_hidden=150), dict(draws=80, tune=80)),
     "rns_given_step": (lambda: rnshmc.RNSHMC(_gaussian(), n_hidden=100, step_size=0.3,
-                                             n_steps=4, n_explore=60, n_train=40),
-                       dict(draws=80, tune=10)),
+                                             explore=dict(n_steps=4),
+                                             surrogate=dict(n_train=40)),
+                       dict(draws=80, tune=60)),
     "arns_default": (lambda: rnshmc.ARNSHMC(_logistic(), n_hidden=150),
                      dict(draws=150, tune=100)),
     "arns_accepted_freeze": (lambda: rnshmc.ARNSHMC(_logistic(), n_hidden=150,
@@ -117,7 +118,21 @@ CONFIGS = {
     "am_pde": (lambda: rnshmc.AdaptiveMetropolis(_pde()), dict(draws=100, tune=100)),
     "l2hmc": (lambda: _l2hmc(rnshmc.models.correlated_gaussian_2d()), dict(draws=80, tune=20)),
     "l2hmc_surrogate": (_l2hmc_surrogate, dict(draws=60, tune=10)),
+    # the same runs spelled with the grouped settings (compared with the recordings above)
+    "rns_states_da_grouped": (lambda: rnshmc.RNSHMC(
+        _logistic(), n_hidden=200, n_steps=6, delayed_acceptance=True,
+        surrogate=dict(training_data="states", whiten=False, gradient_weight=0.0)),
+        dict(draws=120, tune=150)),
+    "rns_trust_grouped": (lambda: rnshmc.RNSHMC(
+        _gaussian(5), n_hidden=12, trust=dict(window=20, refit_iterations=30, max_refits=1,
+                                              ratio=0.95)), dict(draws=200, tune=80)),
+    "gf_own_states_grouped": (lambda: rnshmc.GradientFreeRNSHMC(
+        _gaussian(), n_hidden=100, share_surrogate=False,
+        surrogate=dict(training_data="states")), dict(draws=100, tune=400)),
 }
+# configurations compared with another's recording
+SAME_AS = {"rns_states_da_grouped": "rns_states_da", "rns_trust_grouped": "rns_trust",
+           "gf_own_states_grouped": "gf_own_states"}
 
 
 def _flatten(prefix, value, out):
@@ -164,6 +179,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     names = args.only or list(CONFIGS)
     if args.mode == "record":
+        names = [name for name in names if name not in SAME_AS]
         data = {}
         for name in names:
             start = time.perf_counter()
@@ -176,8 +192,9 @@ def main(argv=None):
         reference = {key: npz[key] for key in npz.files}
     failed = 0
     for name in names:
+        recorded = SAME_AS.get(name, name)
         expected = {k.split("/", 1)[1]: v for k, v in reference.items()
-                    if k.split("/", 1)[0] == name}
+                    if k.split("/", 1)[0] == recorded}
         try:
             got = run(name)
         except Exception as error:  # noqa: BLE001 - report and go on

@@ -8,7 +8,8 @@ import numbers
 
 import numpy as np
 
-__all__ = ["check_integer", "check_real", "check_per_chain_real", "check_inverse_mass"]
+__all__ = ["check_integer", "check_real", "check_per_chain_real", "check_inverse_mass",
+           "check_group", "moved_arguments"]
 
 
 def check_integer(value, name, minimum=None):
@@ -72,3 +73,41 @@ def check_inverse_mass(value, name, dim=None):
     if not np.all(np.isfinite(array)):
         raise ValueError(f"{name} contains non-finite values")
     return array
+
+
+def check_group(value, name, keys):
+    """A group of settings (``explore=``, ``trust=``, ...): None or a dict whose keys are in
+    ``keys``; returns a new dict."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise TypeError(f"{name} must be a dict of settings, got {type(value).__name__}")
+    unknown = sorted(set(value) - set(keys))
+    if unknown:
+        raise TypeError(f"{name} has no setting {', '.join(map(repr, unknown))} (it takes "
+                        f"{', '.join(sorted(keys))})")
+    return dict(value)
+
+
+def moved_arguments(owner, given, moves, stacklevel):
+    """Old keyword arguments still accepted for one release: each ``given`` name must be in
+    ``moves`` (old name -> (group or None, new name); group "sample": an argument of
+    ``sample()``); a DeprecationWarning names the new spelling. Returns {group: {new name: value}} (group None: top-level arguments).
+
+    Raises
+    ------
+    TypeError
+        For a name that is neither an argument nor a moved one (as Python would).
+    """
+    import warnings
+    out = {}
+    for old, value in given.items():
+        if old not in moves:
+            raise TypeError(f"{owner}() got an unexpected keyword argument {old!r}")
+        group, new = moves[old]
+        spelling = (f"{new}=" if group is None else f"sample({new}=...)" if group == "sample"
+                    else f"{group}=dict({new}=...)")
+        warnings.warn(f"{owner}: {old}= is deprecated and will be removed in the next release; "
+                      f"use {spelling}", DeprecationWarning, stacklevel=stacklevel)
+        out.setdefault(group, {})[new] = value
+    return out

@@ -114,9 +114,13 @@ def test_refuses_bad_arguments():
     with pytest.raises(ValueError, match="needs the gradient"):
         rnshmc.RNSHMC(target)
     with pytest.raises(ValueError, match="training_data"):
-        rnshmc.GradientFreeRNSHMC(target, training_data="trajectories")
-    with pytest.raises(ValueError, match="explore_accept"):
-        rnshmc.GradientFreeRNSHMC(target, explore_accept=1.5)
+        rnshmc.GradientFreeRNSHMC(target, surrogate=dict(training_data="trajectories"))
+    with pytest.raises(ValueError, match="target_accept"):
+        rnshmc.GradientFreeRNSHMC(target, explore=dict(target_accept=1.5))
+    with pytest.raises(TypeError, match="no setting 'accept'"):
+        rnshmc.GradientFreeRNSHMC(target, explore=dict(accept=0.3))
+    with pytest.raises(TypeError, match="unexpected keyword argument 'hidden'"):
+        rnshmc.GradientFreeRNSHMC(target, hidden=10)
     with pytest.raises(ValueError, match="n_hidden"):
         rnshmc.GradientFreeRNSHMC(target, n_hidden=0)
     with pytest.raises(ValueError, match="tune"):

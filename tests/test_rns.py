@@ -112,12 +112,18 @@ def test_delayed_acceptance_saves_exact_evaluations(correlated_gaussian):
 
 def test_training_window_options(correlated_gaussian):
     model, _, _ = correlated_gaussian()
-    res = rnshmc.RNSHMC(model, n_hidden=30, n_explore=200, n_train=50, step_size=0.3,
-                        n_steps=1, jitter=False).sample(100, tune=999, rng=0, progress=False)
+    res = rnshmc.RNSHMC(model, n_hidden=30, surrogate=dict(n_train=50), step_size=0.3,
+                        explore=dict(n_steps=1, jitter=False)).sample(100, tune=200, rng=0,
+                                                                     progress=False)
     assert res.n_train[0] == 50
-    assert res.n_gradient_evals[0] == 200 + 1  # the exploration took n_explore, not tune
+    assert res.n_gradient_evals[0] == 200 + 1  # the exploration's gradients, and one to start
+    with pytest.warns(DeprecationWarning, match=r"sample\(tune=...\)"):
+        old = rnshmc.RNSHMC(model, n_hidden=30, n_explore=200, n_train=50, step_size=0.3,
+                            explore=dict(n_steps=1, jitter=False))
+    np.testing.assert_array_equal(old.sample(100, tune=999, rng=0, progress=False).samples,
+                                  res.samples)  # n_explore overrides tune
     with pytest.raises(ValueError, match="n_train"):
-        rnshmc.RNSHMC(model, n_train=500).sample(10, tune=100, progress=False)
+        rnshmc.RNSHMC(model, surrogate=dict(n_train=500)).sample(10, tune=100, progress=False)
     with pytest.raises(ValueError):
         rnshmc.RNSHMC(model).sample(10, tune=1, progress=False)
 
@@ -264,15 +270,16 @@ def test_automatic_trajectory_length(correlated_gaussian):
     trajectories and a larger min ESS."""
     model, _, _ = correlated_gaussian()
     kwargs = dict(draws=2000, tune=300, chains=2, rng=0, progress=False)
-    fixed = rnshmc.RNSHMC(model, n_hidden=60, n_steps=2, surrogate_n_steps=None).sample(**kwargs)
-    res = rnshmc.RNSHMC(model, n_hidden=60, n_steps=2).sample(**kwargs)  # "auto": the default
+    fixed = rnshmc.RNSHMC(model, n_hidden=60, explore=dict(n_steps=2), n_steps=None).sample(
+        **kwargs)  # None: the exploration's L
+    res = rnshmc.RNSHMC(model, n_hidden=60, explore=dict(n_steps=2)).sample(**kwargs)  # "auto"
     assert np.all((res.surrogate_n_steps > 2) & (res.surrogate_n_steps <= 1024))
     assert np.all(res.n_steps.max(axis=1) <= res.surrogate_n_steps)
     np.testing.assert_array_equal(res.n_density_evals_sampling, 2000)
     np.testing.assert_array_equal(res.n_density_evals_explore, fixed.n_density_evals_explore)
     assert res.ess().min() > 2 * fixed.ess().min()
     with pytest.raises(ValueError):
-        rnshmc.RNSHMC(model, surrogate_n_steps="long")
+        rnshmc.RNSHMC(model, n_steps="long")
 
 
 def test_hidden_units_grow_with_the_quadratic_form():
@@ -315,21 +322,22 @@ def test_surrogate_step_cost(correlated_gaussian):
     assert model.density_flops == 500 * (2 * 3 + 20)
     sampler = rnshmc.RNSHMC(model, n_hidden=60)
     assert sampler.step_cost(3) == pytest.approx(gradient_flops(3, 60) / model.density_flops)
-    assert rnshmc.RNSHMC(model, n_hidden=60, surrogate_step_cost=0.25).step_cost(3) == 0.25
+    assert rnshmc.RNSHMC(model, n_hidden=60, surrogate=dict(step_cost=0.25)).step_cost(3) == 0.25
     gaussian, _, _ = correlated_gaussian()
     assert not hasattr(gaussian, "density_flops")
     assert rnshmc.RNSHMC(gaussian).step_cost(2) == 0.0
     kwargs = dict(draws=50, tune=300, chains=2, rng=0, progress=False)
-    free = rnshmc.RNSHMC(gaussian, n_hidden=60, n_steps=2).sample(**kwargs)
-    dear = rnshmc.RNSHMC(gaussian, n_hidden=60, n_steps=2, surrogate_step_cost=1e9).sample(**kwargs)
+    free = rnshmc.RNSHMC(gaussian, n_hidden=60, explore=dict(n_steps=2)).sample(**kwargs)
+    dear = rnshmc.RNSHMC(gaussian, n_hidden=60, explore=dict(n_steps=2),
+                         surrogate=dict(step_cost=1e9)).sample(**kwargs)
     np.testing.assert_array_equal(dear.n_density_evals_explore, free.n_density_evals_explore)
     assert np.all(dear.surrogate_n_steps <= free.surrogate_n_steps)
     # steps as dear as exact gradients: the exact dynamics' choice from the same exploration
     np.testing.assert_array_equal(dear.surrogate_n_steps, dear.exact_n_steps)
-    with pytest.raises(ValueError, match="surrogate_step_cost"):
-        rnshmc.RNSHMC(gaussian, surrogate_step_cost=-1.0)
-    with pytest.raises(TypeError, match="surrogate_step_cost"):
-        rnshmc.RNSHMC(gaussian, surrogate_step_cost="cheap")
+    with pytest.raises(ValueError, match="step_cost"):
+        rnshmc.RNSHMC(gaussian, surrogate=dict(step_cost=-1.0))
+    with pytest.raises(TypeError, match="step_cost"):
+        rnshmc.RNSHMC(gaussian, surrogate=dict(step_cost="cheap"))
 
 
 @pytest.mark.filterwarnings("ignore:.*under a third of the exploration")
@@ -360,11 +368,11 @@ def test_training_on_whole_trajectories(seed, check_mean, check_covariance, corr
     window's non-diverging trajectories under the ceiling (more points than states, at most
     one per step, no extra evaluations counted), and the chain stays exact."""
     model, mean, cov = correlated_gaussian()
-    kwargs = dict(n_hidden=40, n_train=60, n_steps=8)
-    states = rnshmc.RNSHMC(model, training_data="states", **kwargs).sample(
-        200, tune=300, chains=2, rng=seed, progress=False)
-    res = rnshmc.RNSHMC(model, **kwargs).sample(6000, tune=300, chains=2, rng=seed,
-                                                progress=False)
+    kwargs = dict(n_hidden=40, explore=dict(n_steps=8))
+    states = rnshmc.RNSHMC(model, surrogate=dict(n_train=60, training_data="states"),
+                           **kwargs).sample(200, tune=300, chains=2, rng=seed, progress=False)
+    res = rnshmc.RNSHMC(model, surrogate=dict(n_train=60), **kwargs).sample(
+        6000, tune=300, chains=2, rng=seed, progress=False)
     assert np.all(states.n_train == 60) and np.all(res.n_train > 3 * 60)
     assert np.all(res.n_train <= 60 * 8)
     np.testing.assert_array_equal(res.n_density_evals_explore, states.n_density_evals_explore)
@@ -372,4 +380,4 @@ def test_training_on_whole_trajectories(seed, check_mean, check_covariance, corr
     check_mean(res.samples, mean)
     check_covariance(res.samples, mean, cov)
     with pytest.raises(ValueError, match="training_data"):
-        rnshmc.RNSHMC(model, training_data="steps")
+        rnshmc.RNSHMC(model, surrogate=dict(training_data="steps"))

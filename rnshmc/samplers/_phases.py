@@ -377,7 +377,12 @@ class RiemannianPhase(Phase):
                                 run.state.dim, self.solver, self.leapfrog.max_energy_error)
 
     def begin(self, run, chain):
-        continue_from_previous(run.state, chain)
+        state = run.state
+        if state.phase_index and state.phases[state.phase_index - 1][0] == "approach":
+            # after the exact-HMC approach: only its position carries over
+            chain.set_position(state.kernel["position"])
+        else:
+            continue_from_previous(state, chain)
         if self.adapt:
             start_step_size(run, chain, self.leapfrog.step_size_of(run.state.chain),
                             self.leapfrog.target_accept)
@@ -735,14 +740,20 @@ class SurrogateFit(Phase):
 
 
 class ExplorationKernel:
-    """Sample with the exploration's step size and mass matrix; ``n_steps`` surrogate steps
+    """Sample with the exploration's step size (unless ``step_size`` is given) and mass
+    matrix; ``n_steps`` surrogate steps
     per iteration ("auto": the shortest L with the best predicted min ESS per unit of cost),
     and choose the exact stretches' L for min ESS per exact gradient."""
 
-    def __init__(self, n_steps="auto"):
+    def __init__(self, n_steps="auto", step_size=None):
         self.n_steps = n_steps
+        self.step_size = step_size  # the sampling's, if given (float or one per chain)
 
     def __call__(self, run, fit, fit_state):
+        if self.step_size is not None:
+            step_size = (float(self.step_size) if np.ndim(self.step_size) == 0
+                         else float(self.step_size[run.state.chain]))
+            run.state.kernel = dict(run.state.kernel, step_size=step_size)
         fit_state.surrogate_n_steps = (fit.choose_n_steps(run) if self.n_steps == "auto"
                                        else self.n_steps)
         # exact stretches and the fallback pay a gradient per step: their L is chosen for min
@@ -1079,7 +1090,7 @@ class SurrogateSampling(Phase):
     ----------
     fit : SurrogateFit
     leapfrog : LeapfrogSettings
-        The exploration's (exact stretches' max_energy_error, every stretch's jitter).
+        The exploration's (the exact stretches' max_energy_error).
     delayed_acceptance : bool
         Two-stage test: stage 1 on the surrogate's energy, the exact density only for
         proposals that pass it.
@@ -1087,12 +1098,15 @@ class SurrogateSampling(Phase):
     online : OnlineInstalls or None
     keep_gradients : bool
         Keep the dynamics gradient of every draw (an exact stretch's are a refit's data).
+    jitter : bool or None
+        Draw each trajectory's steps uniformly from {1, ..., L} (None: as the exploration).
     """
 
     def __init__(self, fit, leapfrog, delayed_acceptance=False, trust=None, online=None,
-                 keep_gradients=True):
+                 keep_gradients=True, jitter=None):
         super().__init__("sampling")
         self.fit, self.leapfrog, self.delayed_acceptance = fit, leapfrog, delayed_acceptance
+        self.jitter = leapfrog.jitter if jitter is None else jitter
         self.trust, self.online = trust, online
         self.keep = ("samples", "records") + (("gradients",) if keep_gradients else ()) \
             + (("proposals",) if online is not None and online.points == "proposals" else ())
@@ -1108,7 +1122,7 @@ class SurrogateSampling(Phase):
     def trajectory(self, run):
         fit = run.state.parts["fit"]
         exact = run.state.parts["dynamics"].mode == "exact"
-        return (fit.exact_n_steps if exact else fit.surrogate_n_steps), self.leapfrog.jitter
+        return (fit.exact_n_steps if exact else fit.surrogate_n_steps), self.jitter
 
     def begin(self, run, chain):
         start_on_surrogate(run, chain)

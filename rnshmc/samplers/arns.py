@@ -65,7 +65,7 @@ class ARNSHMC(RNSHMC):
     # saved as the default's absence (a Python function cannot be saved without pickle)
     NOT_CHECKPOINTED = ("adaptation_rate",)
 
-    def __init__(self, target, adaptation_rate=inverse_sqrt, online_points="proposals",
+    def __init__(self, target, *, adaptation_rate=inverse_sqrt, online_points="proposals",
                  freeze_after=None, **kwargs):
         super().__init__(target, **kwargs)
         self.online = OnlineInstalls(adaptation_rate, online_points, freeze_after)

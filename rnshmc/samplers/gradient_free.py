@@ -5,17 +5,24 @@ import math
 
 import numpy as np
 
-from ..validation import check_integer, check_real
+from ..validation import check_group, check_integer, check_real, moved_arguments
 from ._base import Sampler
 from ._phases import (LeapfrogSettings, MetropolisExploration, MetropolisPhase, PilotKernel,
                       SurrogateFit, SurrogateSampling, SurrogateSettings)
-from ._result import warn_if_acceptance_collapsed
-from .rns import check_n_steps, check_step_cost
+from ._result import user_stacklevel, warn_if_acceptance_collapsed
+from .rns import NETWORK_KEYS, check_n_steps, check_step_cost, surrogate_group
 
 __all__ = ["GradientFreeRNSHMC", "AdaptiveMetropolis"]
 
 # the additive units' weight scale on whitened inputs, times 1/sqrt(dim), for values-only fits
 VALUES_WEIGHT_SCALE = 0.05
+# the step-size pilot's trajectory length with n_steps="auto"
+PILOT_STEPS = 10
+SURROGATE_KEYS = NETWORK_KEYS + ("n_train", "training_data", "step_cost")
+# earlier keyword arguments: (their group, their new name)
+MOVED = dict({key: ("surrogate", key) for key in NETWORK_KEYS + ("n_train", "training_data")},
+             surrogate_step_cost=("surrogate", "step_cost"), surrogate_n_steps=(None, "n_steps"),
+             n_explore=("sample", "tune"), explore_accept=("explore", "target_accept"))
 
 
 class AdaptiveMetropolis(Sampler):
@@ -52,7 +59,7 @@ class AdaptiveMetropolis(Sampler):
     name = "AM"
     NEEDS_GRADIENT = False
 
-    def __init__(self, target, target_accept=0.234):
+    def __init__(self, target, *, target_accept=0.234):
         super().__init__(target)
         self.target_accept = check_real(target_accept, "target_accept", lower=0.0, upper=1.0)
         self.phases = {"warmup": MetropolisPhase("warmup", self.target_accept, adapting=True),
@@ -95,45 +102,50 @@ class GradientFreeRNSHMC(Sampler):
     ----------
     target : rnshmc.Target, built-in model or BridgeStan-style object
         Only its log density is used (e.g. ``rnshmc.Target(logp, dim=d)``).
-    training_data : {"evaluations", "states"}
-        The rows the surrogate is fitted to. "evaluations" (default): every exact evaluation
-        of the exploration (of its last ``n_train`` iterations if given), i.e. every proposal,
-        accepted or rejected, except non-finite ones and those above the highest state
-        potential of the exploration's last 80% plus those states' range (the burn-in's
-        far-out points, which would dominate the least-squares fit). "states": the chain
-        states of its last ``n_train`` iterations (by default 80%), repeated rows from
-        rejections included (the papers' choice for RNS-HMC). About three in four random-walk
-        proposals are rejected, so "evaluations" fits four times as many distinct points at
-        no extra cost. On the authors' elliptic PDE (``benchmarks/bench_gradient_free.py``:
-        4 chains' explorations of 1000 iterations, pooled) the fit's error at posterior draws
-        was 0.47-0.51 against 0.57-0.62 with the states, whose repeated rows neither helped
-        nor hurt (the same with the distinct states only); from one chain's 2800 iterations,
-        0.49-0.53 against 0.64-0.73; from one chain's 1000, the sampling acceptance was
-        0.37-0.46 against 0.01-0.02.
-    weight_scale : float or None
-        As for :class:`~rnshmc.RNSHMC`, but None means 0.05 / sqrt(dim) for additive units on
-        whitened inputs (``VALUES_WEIGHT_SCALE``): smoother units suit a fit to values alone.
-        On the authors' PDE (2000 exploration iterations, values from the last 80%) the
-        sampling acceptance was 0.54-0.59 at 0.1 / sqrt(dim), 0.24 at RNS-HMC's
-        0.2 / sqrt(dim), and 0.65 at 0.05 / sqrt(dim) (0.56-0.60 at 0.02 / sqrt(dim)).
-    n_hidden, nodes, activation, ridge, whiten, n_explore, n_train, delayed_acceptance, \
-surrogate_n_steps, surrogate_step_cost, max_energy_error
+    n_hidden : int or "auto"
         As for :class:`~rnshmc.RNSHMC`.
+    surrogate : dict or RandomNetworkSurrogate, optional
+        As for :class:`~rnshmc.RNSHMC` (no ``gradient_weight``: the fit is to values), except:
+
+        - ``training_data``: the rows the surrogate is fitted to. "evaluations" (default):
+          every exact evaluation of the exploration (of its last ``n_train`` iterations if
+          given), i.e. every proposal, accepted or rejected, except non-finite ones and
+          those above the highest state potential of the exploration's last 80% plus those
+          states' range (the burn-in's far-out points, which would dominate the
+          least-squares fit). "states": the chain states of its last ``n_train`` iterations
+          (by default 80%), repeated rows from rejections included. About three in four
+          random-walk proposals are rejected, so "evaluations" fits four times as many
+          distinct points at no extra cost. On the authors' elliptic PDE
+          (``benchmarks/bench_gradient_free.py``: 4 chains' explorations of 1000 iterations,
+          pooled) the fit's error at posterior draws was 0.47-0.51 against 0.57-0.62 with
+          the states; from one chain's 2800 iterations, 0.49-0.53 against 0.64-0.73; from
+          one chain's 1000, the sampling acceptance was 0.37-0.46 against 0.01-0.02.
+        - ``weight_scale``: None (default) means 0.05 / sqrt(dim) for additive units on
+          whitened inputs (``VALUES_WEIGHT_SCALE``): smoother units suit a fit to values
+          alone. On the authors' PDE (2000 exploration iterations, values from the last
+          80%) the sampling acceptance was 0.54-0.59 at 0.1 / sqrt(dim), 0.24 at RNS-HMC's
+          0.2 / sqrt(dim), and 0.65 at 0.05 / sqrt(dim) (0.56-0.60 at 0.02 / sqrt(dim)).
     step_size : float, ndarray of shape (chains,) or None
         The leapfrog step size of the sampling phase; None (default) adapts it on the
         surrogate (see above).
-    n_steps : int
-        Leapfrog steps (the maximum with ``jitter``) of the step-size pilot, and of sampling
-        when ``surrogate_n_steps`` is None.
+    n_steps : int, "auto" or None
+        Leapfrog steps (the maximum with ``jitter``) of the sampling phase: "auto" (default)
+        as for :class:`~rnshmc.RNSHMC`; an int also sets the step-size pilot's (10 with
+        "auto").
     jitter : bool
         Draw the number of steps uniformly from {1, ..., L} (default True).
+    delayed_acceptance : bool
+        As for :class:`~rnshmc.RNSHMC`.
+    explore : dict, optional
+        The adaptive-Metropolis exploration: ``target_accept`` of its proposal scale
+        (default 0.234). Its length is ``sample()``'s ``tune``.
     mass_matrix, inverse_mass_matrix
         The sampling phase's mass matrix; None (default) uses the exploration's proposal
         covariance as the inverse mass matrix.
     target_accept : float
         Of the step size's adaptation on the surrogate (default 0.8).
-    explore_accept : float
-        Of the exploration's proposal scale (default 0.234).
+    max_energy_error : float
+        As for :class:`~rnshmc.HMC`.
     share_surrogate : bool
         Fit one surrogate to the pooled explorations of all the chains (default True, unlike
         RNS-HMC: values-only fits are hungry for points), which wait for each other at the end
@@ -141,6 +153,11 @@ surrogate_n_steps, surrogate_step_cost, max_energy_error
         On the authors' PDE (4 chains x 2000 draws, the default exploration lengths: 1000
         iterations per chain pooled, 2800 each alone; 3 and 5 seeds) min ESS per exact solve,
         exploration included, was 0.23-0.32 pooled against 0.13-0.18 alone.
+
+    Earlier names (``nodes``, ``activation``, ``ridge``, ``weight_scale``, ``whiten``,
+    ``n_train``, ``training_data``, ``surrogate_step_cost``, ``surrogate_n_steps``,
+    ``n_explore``, ``explore_accept``) still work for this release, with a
+    DeprecationWarning naming the new spelling.
 
     Attributes
     ----------
@@ -178,33 +195,43 @@ surrogate_n_steps, surrogate_step_cost, max_energy_error
     NEEDS_GRADIENT = False
     DEFAULT_TUNE = "auto"
 
-    def __init__(self, target, n_hidden="auto", nodes="additive", activation="softplus",
-                 ridge=1e-6, step_size=None, n_steps=10, jitter=True, n_explore=None,
-                 n_train=None, training_data="evaluations", delayed_acceptance=False,
-                 whiten=True, weight_scale=None, surrogate_n_steps="auto",
-                 surrogate_step_cost="auto", mass_matrix=None, inverse_mass_matrix=None,
-                 target_accept=0.8, explore_accept=0.234, max_energy_error=1000.0,
-                 share_surrogate=True):
+    def __init__(self, target, *, n_hidden="auto", surrogate=None, step_size=None,
+                 n_steps="auto", jitter=True, delayed_acceptance=False, explore=None,
+                 share_surrogate=True, mass_matrix=None, inverse_mass_matrix=None,
+                 target_accept=0.8, max_energy_error=1000.0, **deprecated):
         super().__init__(target)
-        self.leapfrog = LeapfrogSettings(step_size, n_steps, jitter, mass_matrix,
-                                         inverse_mass_matrix, False, target_accept,
-                                         max_energy_error, dim=self.dim)
+        moved = moved_arguments(type(self).__name__, deprecated, MOVED, user_stacklevel())
+        n_steps = moved.get(None, {}).get("n_steps", n_steps)
+        self.n_explore = moved.get("sample", {}).get("tune")
+        if self.n_explore is not None:
+            self.n_explore = check_integer(self.n_explore, "n_explore", 2)
+        surrogate = surrogate_group(surrogate, moved.get("surrogate"), SURROGATE_KEYS)
+        n_hidden = surrogate.pop("n_hidden", n_hidden)
+        explore = dict(check_group(explore, "explore", ("target_accept",)),
+                       **moved.get("explore", {}))
+        n_steps = check_n_steps(n_steps, PILOT_STEPS)
+        # the sampling's leapfrog (its step size adapted on the surrogate by a pilot)
+        self.leapfrog = LeapfrogSettings(step_size, n_steps if n_steps != "auto" else PILOT_STEPS,
+                                         jitter, mass_matrix, inverse_mass_matrix, False,
+                                         target_accept, max_energy_error, dim=self.dim)
         self.surrogate_settings = SurrogateSettings(
-            n_hidden, nodes, activation, ridge, weight_scale, whiten, gradient_weight=0.0,
-            values_weight_scale=VALUES_WEIGHT_SCALE)
-        self.n_explore = None if n_explore is None else check_integer(n_explore, "n_explore", 2)
-        self.n_train = None if n_train is None else check_integer(n_train, "n_train", 1)
+            n_hidden, **{k: surrogate[k] for k in NETWORK_KEYS if k in surrogate},
+            gradient_weight=0.0, values_weight_scale=VALUES_WEIGHT_SCALE)
+        self.n_train = surrogate.get("n_train")
+        if self.n_train is not None:
+            self.n_train = check_integer(self.n_train, "n_train", 1)
+        training_data = surrogate.get("training_data", "evaluations")
         if training_data not in ("evaluations", "states"):
             raise ValueError(f"training_data must be 'evaluations' or 'states', got "
                              f"{training_data!r}")
-        self.explore_accept = check_real(explore_accept, "explore_accept", lower=0.0, upper=1.0)
+        self.explore_accept = check_real(explore.get("target_accept", 0.234),
+                                         "explore target_accept", lower=0.0, upper=1.0)
         self.share_surrogate = bool(share_surrogate)
         self.delayed_acceptance = bool(delayed_acceptance)
         exploration = MetropolisExploration(self.explore_accept, self.n_train, training_data)
-        kernel = PilotKernel(self.leapfrog, check_n_steps(surrogate_n_steps, n_steps))
         self.fit = SurrogateFit(self.name, exploration, self.surrogate_settings,
-                                self.share_surrogate, kernel,
-                                step_cost=check_step_cost(surrogate_step_cost),
+                                self.share_surrogate, PilotKernel(self.leapfrog, n_steps),
+                                step_cost=check_step_cost(surrogate.get("step_cost", "auto")),
                                 jitter=self.leapfrog.jitter)
         self.phases = {"exploration": exploration, "training": self.fit,
                        "sampling": SurrogateSampling(self.fit, self.leapfrog,

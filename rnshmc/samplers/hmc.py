@@ -52,7 +52,7 @@ class HMC(Sampler):
 
     name = "HMC"
 
-    def __init__(self, target, step_size=None, n_steps=10, jitter=True, mass_matrix=None,
+    def __init__(self, target, *, step_size=None, n_steps=10, jitter=True, mass_matrix=None,
                  inverse_mass_matrix=None, adapt_mass_matrix=None, target_accept=0.8,
                  max_energy_error=1000.0):
         super().__init__(target)

@@ -13,7 +13,7 @@ from .._kernels._transition import Chain
 from ..state import PartState
 from ..surrogate import RandomNetworkSurrogate
 from ..targets import as_ctarget, target_dim
-from ..validation import check_integer, check_real
+from ..validation import check_integer, check_real, moved_arguments
 from ._base import Sampler
 from ._phases import Phase
 from ._progress import Progress
@@ -35,11 +35,13 @@ class L2HMC(Sampler):
 
     The state is (x, v, d) with a direction d = +-1 drawn with the momentum each iteration; a
     trajectory runs ``n_steps`` learned steps (each with its own fixed binary mask and time
-    features; V- and X-networks of width ``hidden`` scale, shear and translate the leapfrog's
-    updates). The Metropolis test adds the log-Jacobian of the map, so the chain targets the
-    posterior exactly for any weights; with the networks' heads at zero (as after
-    construction, to 1e-3) it is HMC with step size ``step_size`` and a random time direction.
-    :meth:`train` fits the weights and the step size to maximise the expected squared jump.
+    features; V- and X-networks of width ``n_hidden`` scale, shear and translate the
+    leapfrog's updates). The Metropolis test adds the log-Jacobian of the map, so the chain
+    targets the posterior exactly for any weights; with the networks' heads at zero (as they
+    start, to 1e-3) it is HMC with step size ``step_size`` and a random time direction.
+    :meth:`train` draws the initial weights and masks from its ``rng`` (the first time) and
+    fits them and the step size to maximise the expected squared jump; :meth:`load` reads
+    saved ones. See ``docs/algorithms.md`` (L2HMC).
 
     Parameters
     ----------
@@ -49,12 +51,10 @@ class L2HMC(Sampler):
         gradient otherwise (two more gradients per step).
     n_steps : int
         Learned leapfrog steps T per trajectory (default 10).
-    hidden : int
+    n_hidden : int
         Width of the networks' two hidden layers (default 10).
     step_size : float
         The initial step size eps (default 0.1); trained with the weights.
-    rng : None, int, SeedSequence or Generator
-        Draws the initial weights and the masks (kept with the weights).
     max_energy_error : float
         Proposals with a larger energy error (log-Jacobian included) are rejected as
         divergences.
@@ -77,12 +77,15 @@ class L2HMC(Sampler):
         would; the constant Jacobian cancels in the test). Inputs (``init``) and outputs
         (samples) stay in x. None: z = x, as in the reference code.
 
+    Earlier names: ``hidden`` (now ``n_hidden``) and ``rng`` (the initial weights' stream:
+    now ``train(rng=...)``'s) still work for this release, with a DeprecationWarning.
+
     Attributes
     ----------
-    parameters : ndarray
-        The flat parameter vector (log eps, then the V- and X-networks' arrays;
+    parameters : ndarray or None
+        None until :meth:`train` or :meth:`load`; then the flat parameter vector (log eps, then the V- and X-networks' arrays;
         :meth:`weights` names them).
-    masks : ndarray of shape (n_steps, dim)
+    masks : ndarray of shape (n_steps, dim) or None
     history : dict of ndarrays
         Per training iteration: ``loss``, ``acceptance`` (mean over the training chains),
         ``step_size``, ``temperature``.
@@ -95,7 +98,7 @@ class L2HMC(Sampler):
     --------
     >>> import rnshmc
     >>> model = rnshmc.models.correlated_gaussian_2d()
-    >>> l2 = rnshmc.L2HMC(model, rng=0).train(200, chains=20, rng=1, progress=False)
+    >>> l2 = rnshmc.L2HMC(model).train(200, chains=20, rng=1, progress=False)
     >>> res = l2.sample(200, tune=50, rng=2, progress=False)
     >>> res.samples.shape
     (1, 200, 2)
@@ -103,8 +106,13 @@ class L2HMC(Sampler):
 
     name = "L2HMC"
 
-    def __init__(self, target, n_steps=10, hidden=10, step_size=0.1, rng=None,
-                 max_energy_error=1000.0, surrogate=None, standardize=None, wall=5.0):
+    def __init__(self, target, *, n_steps=10, n_hidden=10, step_size=0.1,
+                 max_energy_error=1000.0, surrogate=None, standardize=None, wall=5.0,
+                 **deprecated):
+        moved = moved_arguments(type(self).__name__, deprecated,
+                                dict(hidden=(None, "n_hidden"), rng=("train", "rng")),
+                                user_stacklevel())
+        n_hidden = moved.get(None, {}).get("n_hidden", n_hidden)
         if not hasattr(target, "dim"):
             raise ValueError("L2HMC needs the target's dim (give dim to rnshmc.Target)")
         dim = target_dim(target)
@@ -122,19 +130,19 @@ class L2HMC(Sampler):
                     or not np.all(self.scale > 0)):
                 raise ValueError(f"standardize must be (shift, scale): {dim} finite numbers "
                                  "each, scale > 0")
-        self.hidden = check_integer(hidden, "hidden", minimum=1)
-        n_steps = check_integer(n_steps, "n_steps", minimum=1)
-        generator = np.random.default_rng(rng)
-        self.parameters = _initial_parameters(dim, self.hidden, generator)
-        self.masks = _draw_masks(generator, n_steps, dim)
+        self.n_hidden = check_integer(n_hidden, "n_hidden", minimum=1)
+        self.n_steps = check_integer(n_steps, "n_steps", minimum=1)
         super().__init__(target)
-        self.step_size = step_size
-        self.n_steps = n_steps
+        self.parameters = self.masks = None  # drawn by the first train(), or loaded
+        self._initial_step_size = check_real(step_size, "step_size", lower=0.0)
+        if "train" in moved:  # the initial weights from the constructor's rng (earlier API)
+            self._initialize(np.random.default_rng(moved["train"]["rng"]))
         self.max_energy_error = check_real(max_energy_error, "max_energy_error", lower=0.0)
         # a burn-in of ``tune`` iterations (nothing adapted), then ``draws``
         self.phases = {"warmup": LearnedPhase("warmup", self),
                        "sampling": LearnedPhase("sampling", self, keep=("samples", "records"))}
-        self._adam = (np.zeros(self.parameters.size), np.zeros(self.parameters.size), 0)
+        size = parameter_layout(dim, self.n_hidden)["size"]
+        self._adam = (np.zeros(size), np.zeros(size), 0)
         self.history = {key: np.empty(0) for key in ("loss", "acceptance", "step_size",
                                                      "temperature")}
         # the training target's evaluations over all train() calls
@@ -142,21 +150,39 @@ class L2HMC(Sampler):
 
     @property
     def step_size(self):
-        """The step size eps = exp(log eps) of the current parameters."""
+        """The step size eps = exp(log eps) of the current parameters (before any: the
+        initial one)."""
+        if self.parameters is None:
+            return self._initial_step_size
         return float(np.exp(self.parameters[0]))
 
     @step_size.setter
     def step_size(self, value):
         value = check_real(value, "step_size", lower=0.0)
-        self.parameters[0] = np.log(value)
+        if self.parameters is None:
+            self._initial_step_size = value
+        else:
+            self.parameters[0] = np.log(value)
 
     @property
     def dim(self):
-        return self.masks.shape[1]
+        return target_dim(self.target)
+
+    def _initialize(self, generator):
+        """Draw the initial weights and masks from ``generator``."""
+        self.parameters = _initial_parameters(self.dim, self.n_hidden, generator)
+        self.masks = _draw_masks(generator, self.n_steps, self.dim)
+        self.parameters[0] = np.log(self._initial_step_size)
+
+    def _check_weights(self):
+        if self.parameters is None:
+            raise ValueError("this L2HMC has no weights yet: train() it (its rng draws the "
+                             "initial weights) or load() saved ones")
 
     def weights(self):
         """The parameters by name: {"log_eps": float, "V.Wa": ndarray, ...} (views)."""
-        layout = parameter_layout(self.dim, self.hidden)
+        self._check_weights()
+        layout = parameter_layout(self.dim, self.n_hidden)
         del layout["size"]
         return {name: self.parameters[offset:offset + int(np.prod(shape))].reshape(shape)
                 for name, (offset, shape) in layout.items()}
@@ -234,6 +260,8 @@ class L2HMC(Sampler):
             raise ValueError(f"the training target has dim {ctarget.dim}, the sampler {self.dim}")
         transformed = self._transformed(ctarget)
         generator = np.random.default_rng(rng)
+        if self.parameters is None:  # (a child stream: training's own draws are unchanged)
+            self._initialize(generator.spawn(1)[0])
         mean, sd = self._initial_distribution(burnin_mean, burnin_sd)
         if init is None:
             x = mean + sd * generator.standard_normal((chains, self.dim))
@@ -246,7 +274,7 @@ class L2HMC(Sampler):
         mean, sd = (mean - self.shift) / self.scale, sd / self.scale
         fraction = np.arange(n_iterations) / max(n_iterations - 1, 1)
         temperatures = temperature ** (1.0 - fraction)
-        trainer = Trainer(self.dim, self.n_steps, self.hidden, self.parameters, self.masks)
+        trainer = Trainer(self.dim, self.n_steps, self.n_hidden, self.parameters, self.masks)
         m, v, step = self._adam
         losses, acceptance = np.empty(n_iterations), np.empty(n_iterations)
         step_sizes = np.empty(n_iterations)
@@ -365,7 +393,8 @@ class L2HMC(Sampler):
             scales = np.sqrt(np.diag(inverse_mass) if inverse_mass.ndim == 2 else inverse_mass)
             unit = np.ones(state.dim) if options["standardize"] is None else options["standardize"][1]
             options["step_size"] = float(state.kernel["step_size"] * np.min(scales / unit))
-        sampler = cls(target, surrogate=surrogate, rng=weights_seed, **options)
+        sampler = cls(target, surrogate=surrogate, **options)
+        sampler._initialize(np.random.default_rng(weights_seed))
         sampler.exploration = dict(
             n_density_evals=int(state.evals["exploration"][0] + state.evals["training"][0]),
             n_gradient_evals=int(state.evals["exploration"][1]), seconds=seconds,
@@ -379,11 +408,12 @@ class L2HMC(Sampler):
     def plan(self, draws, tune, chains, dim):
         return [["warmup", tune], ["sampling", draws]]
 
-    # the weights and masks (drawn with rng) and the standardisation are saved as "weights";
-    # a surrogate as its state
+    # the weights and masks and the standardisation are saved as "weights"; a surrogate as
+    # its state
     NOT_CHECKPOINTED = ("rng", "standardize", "surrogate")
 
     def checkpoint_arguments(self):
+        self._check_weights()
         if self.surrogate is not None and not isinstance(self.surrogate,
                                                          RandomNetworkSurrogate):
             raise ValueError("L2HMC on a surrogate is checkpointed only with a "
@@ -406,12 +436,13 @@ class L2HMC(Sampler):
         if surrogate is not None:
             arguments["surrogate"] = RandomNetworkSurrogate.from_state(surrogate)
         sampler = cls(target, standardize=(weights["shift"], weights["scale"]), **arguments)
-        sampler.parameters[:] = weights["parameters"]
+        sampler.parameters = np.array(weights["parameters"], dtype=np.float64)
         sampler.masks = np.ascontiguousarray(weights["masks"], dtype=np.float64)
         sampler.exploration = exploration
         return sampler
 
     def init_states(self, draws=1000, tune=None, chains=1, rng=None, init=None):
+        self._check_weights()
         states = super().init_states(draws, tune, chains, rng, init)
         for state in states:  # the weights' fingerprint: a chain continues with its own
             state.parts["weights"] = WeightsState(weights_checksum(self.parameters))
@@ -435,7 +466,7 @@ class L2HMC(Sampler):
         no pickle)."""
         m, v, step = self._adam
         np.savez(path, format=np.array(_FORMAT), dim=self.dim, n_steps=self.n_steps,
-                 hidden=self.hidden, parameters=self.parameters, masks=self.masks,
+                 hidden=self.n_hidden, parameters=self.parameters, masks=self.masks,
                  shift=self.shift, scale=self.scale,
                  adam_m=m, adam_v=v, adam_step=step,
                  training_evals=np.array([self.training_evals["gradient"],
@@ -472,10 +503,10 @@ class L2HMC(Sampler):
                 or not np.all(np.isfinite(parameters))
                 or not np.all((masks == 0.0) | (masks == 1.0))):
             raise ValueError(f"{path}: inconsistent L2HMC weights")
-        sampler = cls(target, n_steps=n_steps, hidden=hidden, rng=0,
+        sampler = cls(target, n_steps=n_steps, n_hidden=hidden,
                       max_energy_error=max_energy_error, surrogate=surrogate,
                       standardize=(data["shift"], data["scale"]))
-        sampler.parameters[:] = parameters
+        sampler.parameters = parameters.copy()
         sampler.masks = masks
         sampler._adam = (np.array(data["adam_m"], dtype=np.float64),
                          np.array(data["adam_v"], dtype=np.float64), int(data["adam_step"]))
@@ -540,7 +571,7 @@ class LearnedPhase(Phase):
             dynamics = l2._transformed(as_ctarget(l2.surrogate, state.dim))
             test = l2._transformed(run.target, dynamics=False)
         # the integrator reads a copy of the weights: training later changes no running chain
-        integrator = AugmentedLeapfrog(state.dim, l2.n_steps, l2.hidden, l2.parameters.copy(),
+        integrator = AugmentedLeapfrog(state.dim, l2.n_steps, l2.n_hidden, l2.parameters.copy(),
                                        l2.masks)
         chain = Chain(dynamics, test, EuclideanMetric(state.dim), integrator,
                       max_energy_error=l2.max_energy_error)

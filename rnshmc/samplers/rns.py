@@ -2,14 +2,32 @@
 (Algorithm 3 of Zhang, Shahbaba and Zhao 2017; ``docs/algorithms.md``)."""
 import warnings
 
+import numpy as np
+
 from ..surrogate import RandomNetworkSurrogate
-from ..validation import check_integer, check_real
+from ..validation import (check_group, check_integer, check_per_chain_real, check_real,
+                          moved_arguments)
 from ._base import Sampler
 from ._phases import (ExplorationKernel, HMCExploration, LeapfrogSettings, SurrogateFit,
                       SurrogateSampling, SurrogateSettings, TrustWatch)
 from ._result import user_stacklevel, warn_if_acceptance_collapsed
 
 __all__ = ["RNSHMC"]
+
+NETWORK_KEYS = ("nodes", "activation", "ridge", "weight_scale", "whiten")
+SURROGATE_KEYS = NETWORK_KEYS + ("gradient_weight", "n_train", "training_data", "step_cost")
+EXPLORE_KEYS = ("step_size", "n_steps", "jitter", "mass_matrix", "inverse_mass_matrix",
+                "adapt_mass_matrix", "target_accept")
+TRUST_KEYS = ("ratio", "window", "max_refits", "refit_iterations", "refit_growth")
+# earlier keyword arguments: (their group, their new name)
+MOVED = dict({key: ("surrogate", key) for key in SURROGATE_KEYS if key != "step_cost"},
+             surrogate_step_cost=("surrogate", "step_cost"), surrogate_n_steps=(None, "n_steps"),
+             n_explore=("sample", "tune"),
+             **{key: ("explore", key) for key in ("mass_matrix", "inverse_mass_matrix",
+                                                  "adapt_mass_matrix")},
+             trust_ratio=("trust", "ratio"), trust_window=("trust", "window"),
+             max_refits=("trust", "max_refits"), refit_iterations=("trust", "refit_iterations"),
+             refit_growth=("trust", "refit_growth"))
 
 
 class RNSHMC(Sampler):
@@ -42,76 +60,76 @@ class RNSHMC(Sampler):
         s = 1000 whatever the number of points, 0.03-0.12 at s = 2000. Above d = 72 the cap
         leaves fewer units than that; give a larger s if the fit time (growing as s^3)
         allows.
-    nodes, activation, ridge, weight_scale, whiten
-        The surrogate (see :class:`~rnshmc.RandomNetworkSurrogate`). ``whiten=True`` (default)
-        lets the random units act on inputs standardised with the training states' mean and
-        covariance; the papers use ``whiten=False``.
-    gradient_weight : float
-        Weight of the gradient misfit in the fit (the exploration computes exact gradients
-        anyway). Default 1; 0 fits values only, as the papers do. On the authors' elliptic PDE
-        (s = 1000, 4000 training states) whitening and gradients raised the acceptance from
-        0.75 to 0.82 and min ESS from 2577 to 3664 of 5000 draws.
-    step_size, n_steps, jitter, mass_matrix, inverse_mass_matrix, adapt_mass_matrix, \
-target_accept, max_energy_error
-        As for :class:`~rnshmc.HMC`; the step size and mass matrix of the exploration are kept
-        for sampling. ``n_steps`` (default 5) is the exploration's number of leapfrog steps:
-        its trajectories only have to adapt the kernel and spread the training states, and on
-        the authors' PDE 5 cost 20-30% fewer exact evaluations to min ESS 1000 from a cold
-        start than 10 (``benchmarks/bench_adaptive.py``).
-    surrogate_n_steps : int, "auto" or None
-        Number of leapfrog steps (the maximum with jitter) in the sampling phase, where steps
-        are cheap. None means ``n_steps``. "auto" (default) chooses the shortest L whose
-        predicted min ESS per unit of cost is within 90% of the best
-        (:func:`rnshmc.adaptation.trajectory_length_for_min_ess`: the posterior approximated
-        by a Gaussian with the training states' covariance, under the exploration's step
-        size and mass matrix; an iteration costs one exact density plus
-        ``surrogate_step_cost`` per step), at most 1024; no exact evaluations
-        of its own.
-    surrogate_step_cost : float or "auto"
-        The cost of one surrogate leapfrog step (a surrogate gradient) in exact densities,
-        for ``surrogate_n_steps="auto"``. "auto" (default): the surrogate's
-        :func:`~rnshmc.surrogate.gradient_flops` over the target's ``density_flops``
-        attribute where it has one (the models in :mod:`rnshmc.models` do: 0.10 for the
-        authors' PDE at s = 1000, 0.037 for a logistic regression with N = 100000, d = 50 at
-        s = 2000), else 0 (steps free: a costly model given as a Python callable). An
-        estimate from operation counts rather than timings, so that the same seed gives the
-        same draws on any machine.
-    n_explore : int or None
-        Exploration iterations per chain. None means the ``tune`` given to :meth:`sample`.
-    n_train : int or None
-        Number of final exploration iterations used for training. None means the papers'
-        protocol scaled to the exploration: its first 20% are discarded, the rest used.
-    training_data : {"trajectories", "states"}
-        What those iterations contribute to the fit: every leapfrog step of their
-        trajectories with its exact potential and gradient (default; the exploration computes
-        the gradient at every step anyway, the potential comes with it, and for a model a
-        gradient evaluation is counted as a density evaluation already, so no evaluation is
-        added), except steps of diverging trajectories and steps whose potential lies above
-        the window's highest state's plus the states' range (early trajectories, before the
-        step size settles, reach far into the tails); or their chain states (the papers';
-        repeated rows from rejections included). On the simulated logistic regression
-        (d = 50, 200 exploration iterations, s = 2000) trajectories cut the surrogate's
-        held-out error on posterior draws from 0.37 to 0.09; on the authors' PDE they were
-        as good as states (4 chains x 2000 draws: cost to min ESS 1000 6627 against 6715
-        solves for ARNS-HMC, 7418 against 7150 for RNS-HMC, single runs).
+    surrogate : dict or RandomNetworkSurrogate, optional
+        The surrogate and its fit (an unfitted :class:`~rnshmc.RandomNetworkSurrogate` gives
+        its ``n_hidden``, ``nodes``, ``activation``, ``ridge``, ``weight_scale`` and
+        ``whiten``; each fit draws new random units). A dict may hold:
+
+        - ``nodes``, ``activation``, ``ridge`` (default 1e-6), ``weight_scale``, ``whiten``:
+          the network (see :class:`~rnshmc.RandomNetworkSurrogate`). ``whiten=True``
+          (default) lets the random units act on inputs standardised with the training
+          states' mean and covariance; the papers use False.
+        - ``gradient_weight``: weight of the gradient misfit in the fit (the exploration
+          computes exact gradients anyway). Default 1; 0 fits values only, as the papers
+          do. On the authors' elliptic PDE (s = 1000, 4000 training states) whitening and
+          gradients raised the acceptance from 0.75 to 0.82 and min ESS from 2577 to 3664
+          of 5000 draws.
+        - ``n_train``: the final exploration iterations used for training. None (default):
+          the papers' protocol scaled to the exploration (its first 20% discarded).
+        - ``training_data``: what those iterations contribute: every leapfrog step of their
+          trajectories with its exact potential and gradient ("trajectories", default; no
+          evaluation is added), except steps of diverging trajectories and steps whose
+          potential lies above the window's highest state's plus the states' range; or
+          their chain states ("states", the papers', repeated rows from rejections
+          included). On the simulated logistic regression (d = 50, 200 exploration
+          iterations, s = 2000) trajectories cut the surrogate's held-out error on posterior
+          draws from 0.37 to 0.09; on the authors' PDE they were as good as states.
+        - ``step_cost``: a surrogate leapfrog step's cost in exact densities, for
+          ``n_steps="auto"``. "auto" (default): the surrogate's
+          :func:`~rnshmc.surrogate.gradient_flops` over the target's ``density_flops`` where
+          it has one (0.10 for the authors' PDE at s = 1000, 0.037 for a logistic regression
+          with N = 100000, d = 50 at s = 2000), else 0 (steps free). An estimate from
+          operation counts, not timings, so that the same seed gives the same draws on any
+          machine.
+    step_size : float, ndarray of shape (chains,) or None
+        The sampling phase's leapfrog step size. None (default): the exploration's final
+        one (adapted there unless ``explore`` gives one). A given step size is also the
+        exploration's unless ``explore`` says otherwise (the papers' protocol).
+    n_steps : int, "auto" or None
+        Leapfrog steps (the maximum with ``jitter``) of the sampling phase, where steps are
+        cheap. "auto" (default): the shortest L whose predicted min ESS per unit of cost is
+        within 90% of the best (:func:`rnshmc.adaptation.trajectory_length_for_min_ess`: the
+        posterior approximated by a Gaussian with the training states' covariance, under
+        the sampling step size and mass matrix; an iteration costs one exact density plus
+        ``step_cost`` per step), at most 1024; no exact evaluations of its own. None: the
+        exploration's.
+    jitter : bool
+        Draw the number of steps uniformly from {1, ..., L} each iteration (default True).
     delayed_acceptance : bool
         Two-stage Metropolis test (Christen and Fox 2005): stage 1 on the surrogate's energy,
         stage 2 on the true one only for proposals that pass stage 1. Exact as well.
-    trust_ratio : float or None
-        The surrogate is watched where the chain is: over every ``trust_window`` sampling
-        iterations on the surrogate's dynamics, an acceptance rate under ``trust_ratio`` times
+    explore : dict, optional
+        The exploration's exact HMC: ``step_size`` (default: ``step_size``, None adapting
+        it), ``n_steps`` (default 5: its trajectories only have to adapt the kernel and
+        spread the training states; on the authors' PDE 5 cost 20-30% fewer exact
+        evaluations to min ESS 1000 from a cold start than 10), ``jitter``,
+        ``mass_matrix``, ``inverse_mass_matrix``, ``adapt_mass_matrix`` and
+        ``target_accept`` as for :class:`~rnshmc.HMC`. The mass matrix is kept for
+        sampling. The exploration's length is ``sample()``'s ``tune``.
+    trust : dict or bool
+        The trust watch (default True: on, with the defaults below). The surrogate is
+        watched where the chain is: over every ``window`` (default 50) sampling iterations
+        on the surrogate's dynamics, an acceptance rate under ``ratio`` (default 0.5) times
         the exploration's (over its training window) distrusts it. The chain then runs
-        ``refit_iterations`` iterations of exact HMC (kept draws; the exploration's step size
-        and mass matrix, and the number of steps with the best predicted min ESS per exact
-        gradient, ``exact_n_steps`` in the result, by the rule of ``surrogate_n_steps``
-        priced per step), the surrogate is refitted to the training data
-        plus those exact states with ``refit_growth`` times as many hidden units, and the
-        chain goes back to the surrogate's dynamics. After ``max_refits`` refits a further
-        distrust makes the rest of the chain exact HMC (fallback). Each refit and fallback is
+        ``refit_iterations`` (default 200) iterations of exact HMC (kept draws; the
+        exploration's step size and mass matrix, and the number of steps with the best
+        predicted min ESS per exact gradient, ``exact_n_steps`` in the result), the
+        surrogate is refitted to the training data plus those exact states with
+        ``refit_growth`` (default 2) times as many hidden units, and the chain goes back to
+        the surrogate's dynamics. After ``max_refits`` (default 2) refits a further distrust
+        makes the rest of the chain exact HMC (fallback). Each refit and fallback is
         recorded in the result (``trust_events``, ``exact_dynamics``) and warned about.
-        None turns the watch off (then only a warning when acceptance collapses).
-    trust_window, max_refits, refit_iterations, refit_growth
-        See ``trust_ratio`` (defaults 50, 2, 200, 2.0).
+        False turns the watch off (then only a warning when acceptance collapses).
     share_surrogate : bool
         Fit one surrogate to the training data of all the chains' explorations, pooled, and
         sample every chain on it (default False: each chain fits its own to its own
@@ -120,6 +138,17 @@ target_accept, max_energy_error
         pooled exploration's covariance. A chain whose surrogate the trust watch distrusts
         refits a surrogate of its own. Pooling k chains' explorations gives the fit k times
         the points for the same exact evaluations, so a shorter ``tune`` may do.
+    target_accept : float
+        The acceptance the exploration's step size is adapted to (default 0.8).
+    max_energy_error : float
+        Proposals with a larger energy error are rejected as divergences (default 1000).
+
+    Earlier names (``nodes``, ``activation``, ``ridge``, ``weight_scale``, ``whiten``,
+    ``gradient_weight``, ``n_train``, ``training_data``, ``surrogate_step_cost``,
+    ``surrogate_n_steps``, ``n_explore``, ``mass_matrix``, ``inverse_mass_matrix``,
+    ``adapt_mass_matrix``, ``trust_ratio``, ``trust_window``, ``max_refits``,
+    ``refit_iterations``, ``refit_growth``) still work for this release, with a
+    DeprecationWarning naming the new spelling.
 
     Attributes
     ----------
@@ -164,33 +193,52 @@ target_accept, max_energy_error
     name = "RNS-HMC"
     DEFAULT_TUNE = 200
 
-    def __init__(self, target, n_hidden="auto", nodes="additive", activation="softplus",
-                 ridge=1e-6, step_size=None, n_steps=5, jitter=True, n_explore=None,
-                 n_train=None, training_data="trajectories", delayed_acceptance=False, whiten=True,
-                 gradient_weight=1.0,
-                 weight_scale=None, surrogate_n_steps="auto", surrogate_step_cost="auto",
-                 mass_matrix=None,
-                 inverse_mass_matrix=None, adapt_mass_matrix=None, target_accept=0.8,
-                 max_energy_error=1000.0, trust_ratio=0.5, trust_window=50, max_refits=2,
-                 refit_iterations=200, refit_growth=2.0, share_surrogate=False):
+    def __init__(self, target, *, n_hidden="auto", surrogate=None, step_size=None,
+                 n_steps="auto", jitter=True, delayed_acceptance=False, explore=None, trust=True,
+                 share_surrogate=False, target_accept=0.8, max_energy_error=1000.0,
+                 **deprecated):
         super().__init__(target)
-        self.leapfrog = LeapfrogSettings(step_size, n_steps, jitter, mass_matrix,
-                                         inverse_mass_matrix, adapt_mass_matrix, target_accept,
-                                         max_energy_error, dim=self.dim)
-        self.surrogate_settings = SurrogateSettings(n_hidden, nodes, activation, ridge,
-                                                    weight_scale, whiten, gradient_weight)
-        self.n_explore = None if n_explore is None else check_integer(n_explore, "n_explore", 2)
-        self.n_train = None if n_train is None else check_integer(n_train, "n_train", 1)
+        moved = moved_arguments(type(self).__name__, deprecated, MOVED, user_stacklevel())
+        n_steps = moved.get(None, {}).get("n_steps", n_steps)
+        self.n_explore = moved.get("sample", {}).get("tune")
+        if self.n_explore is not None:
+            self.n_explore = check_integer(self.n_explore, "n_explore", 2)
+        surrogate = surrogate_group(surrogate, moved.get("surrogate"))
+        n_hidden = surrogate.pop("n_hidden", n_hidden)
+        explore = dict(check_group(explore, "explore", EXPLORE_KEYS), **moved.get("explore", {}))
+        if trust is True or trust is None:
+            trust = {}
+        elif trust is not False:
+            trust = check_group(trust, "trust", TRUST_KEYS)
+        if "ratio" in moved.get("trust", {}) and moved["trust"]["ratio"] is None:
+            trust = False  # (trust_ratio=None turned the watch off)
+        elif trust is not False:
+            trust = dict(trust, **moved.get("trust", {}))
+        self.leapfrog = LeapfrogSettings(
+            explore.get("step_size", step_size), explore.get("n_steps", 5),
+            explore.get("jitter", jitter), explore.get("mass_matrix"),
+            explore.get("inverse_mass_matrix"), explore.get("adapt_mass_matrix"),
+            explore.get("target_accept", target_accept), max_energy_error, dim=self.dim)
+        self.sampling_step_size = (None if step_size is None
+                                   else check_per_chain_real(step_size, "step_size"))
+        self.jitter = bool(jitter)
+        self.surrogate_settings = SurrogateSettings(
+            n_hidden, **{k: surrogate[k] for k in NETWORK_KEYS if k in surrogate},
+            gradient_weight=surrogate.get("gradient_weight", 1.0))
+        self.n_train = surrogate.get("n_train")
+        if self.n_train is not None:
+            self.n_train = check_integer(self.n_train, "n_train", 1)
+        training_data = surrogate.get("training_data", "trajectories")
         if training_data not in ("states", "trajectories"):
             raise ValueError(f"training_data must be 'states' or 'trajectories', got "
                              f"{training_data!r}")
-        self.trust = None if trust_ratio is None else TrustWatch(
-            trust_ratio, trust_window, max_refits, refit_iterations, refit_growth)
+        self.trust = None if trust is False else TrustWatch(**trust)
         self.delayed_acceptance = bool(delayed_acceptance)
         self.share_surrogate = bool(share_surrogate)
         self.exploration = HMCExploration(self.leapfrog, self.n_train, training_data)
-        self.kernel = ExplorationKernel(check_n_steps(surrogate_n_steps, n_steps))
-        self.step_cost_setting = check_step_cost(surrogate_step_cost)
+        self.kernel = ExplorationKernel(check_n_steps(n_steps, self.leapfrog.n_steps),
+                                        self.sampling_step_size)
+        self.step_cost_setting = check_step_cost(surrogate.get("step_cost", "auto"))
         self.fit, self.phases = surrogate_hmc_phases(self)
 
     def plan(self, draws, tune, chains, dim):
@@ -200,6 +248,10 @@ target_accept, max_energy_error
         if n_train > n_explore:
             raise ValueError(f"n_train ({n_train}) exceeds the exploration length ({n_explore})")
         self.leapfrog.check_chains(chains)
+        if self.sampling_step_size is not None and np.ndim(self.sampling_step_size) \
+                and len(self.sampling_step_size) != chains:
+            raise ValueError(f"step_size has {len(self.sampling_step_size)} entries (one per "
+                             f"chain), sampling {chains} chains")
         return [["exploration", n_explore], ["training", 0], ["sampling", draws]]
 
     def hidden_units(self, dim):
@@ -253,30 +305,41 @@ def surrogate_hmc_phases(sampler, online=None):
     surrogate keeps learning during sampling. Returns (fit, phases)."""
     fit = SurrogateFit(sampler.name, sampler.exploration, sampler.surrogate_settings,
                        sampler.share_surrogate, sampler.kernel, online=online,
-                       step_cost=sampler.step_cost_setting, jitter=sampler.leapfrog.jitter)
+                       step_cost=sampler.step_cost_setting, jitter=sampler.jitter)
     sampling = SurrogateSampling(fit, sampler.leapfrog, sampler.delayed_acceptance,
-                                 sampler.trust, online)
+                                 sampler.trust, online, jitter=sampler.jitter)
     return fit, {"exploration": sampler.exploration, "training": fit, "sampling": sampling}
 
 
-def check_n_steps(surrogate_n_steps, n_steps):
-    """``surrogate_n_steps`` checked: an int, "auto", or None (then ``n_steps``)."""
-    if surrogate_n_steps is None:
+def check_n_steps(n_steps, default):
+    """The sampling phase's ``n_steps`` checked: an int, "auto", or None (then ``default``)."""
+    if n_steps is None:
+        return default
+    if isinstance(n_steps, str):
+        if n_steps != "auto":
+            raise ValueError(f"n_steps must be an integer, 'auto' or None, got {n_steps!r}")
         return n_steps
-    if isinstance(surrogate_n_steps, str):
-        if surrogate_n_steps != "auto":
-            raise ValueError(f"surrogate_n_steps must be an integer, 'auto' or None, got "
-                             f"{surrogate_n_steps!r}")
-        return surrogate_n_steps
-    return check_integer(surrogate_n_steps, "surrogate_n_steps", minimum=1)
+    return check_integer(n_steps, "n_steps", minimum=1)
+
+
+def surrogate_group(surrogate, moved, keys=SURROGATE_KEYS):
+    """The ``surrogate=`` settings as a dict (an unfitted RandomNetworkSurrogate gives its
+    network's), with the deprecated arguments' values."""
+    if isinstance(surrogate, RandomNetworkSurrogate):
+        settings = dict(n_hidden=surrogate.n_hidden, nodes=surrogate.nodes,
+                        activation=surrogate.activation if surrogate.nodes == "additive"
+                        else "softplus", ridge=surrogate.ridge,
+                        weight_scale=surrogate.weight_scale, whiten=surrogate.whiten)
+    else:
+        settings = check_group(surrogate, "surrogate", keys)
+    return dict(settings, **(moved or {}))
 
 
 def check_step_cost(surrogate_step_cost):
     """``surrogate_step_cost`` checked: "auto" or a number >= 0."""
     if isinstance(surrogate_step_cost, str) and surrogate_step_cost == "auto":
         return surrogate_step_cost
-    return check_real(surrogate_step_cost, "surrogate_step_cost", lower=0.0,
-                      lower_inclusive=True)
+    return check_real(surrogate_step_cost, "step_cost", lower=0.0, lower_inclusive=True)
 
 
 def warn_about_trust_events(name, trust, result):
