@@ -1,4 +1,4 @@
-"""ARNS-HMC: the cost from a cold start to min ESS 1000, and of one online update (issue 10).
+"""ARNS-HMC: the cost from a cold start to min ESS 1000, and of one online update.
 
   a. Cost from a cold start to min ESS >= 1000, every exact evaluation counted from the first
      iteration (a density and a gradient one each: forward and adjoint PDE solves), all
@@ -41,17 +41,15 @@
 """
 import argparse
 import os
-import sys
 import warnings
-from pathlib import Path
 
 import numpy as np
 
 import rnshmc
-from _timing import ratio_line, rounds  # benchmarks/ is on sys.path
+from _common import cost_to_min_ess, load_problem  # benchmarks/ is on sys.path
+from _timing import ratio_line, rounds
+from rnshmc import papers
 from rnshmc._kernels._online import OnlineLeastSquares
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 
 TARGET_MS = 0.5
 BLOCK = 64  # as the estimator's pending-row buffer
@@ -90,32 +88,8 @@ def update_section(args):
     ratio_line("refit / one update", times["refit"], times["update"])
 
 
-def cost_to_min_ess(result, wanted=1000.0):
-    """(exact evaluations, seconds) from the first iteration to min ESS ``wanted``: what was
-    spent before sampling plus the sampling phase's share scaled to ``wanted``; and the run's
-    min ESS."""
-    ess = float(result.ess().min())
-    total = float(np.sum(result.n_density_evals) + np.sum(result.n_gradient_evals))
-    sampling = float(np.sum(result.n_density_evals_sampling)
-                     + np.sum(result.n_gradient_evals_sampling))
-    seconds = sum(result.timings.values())
-    scale = wanted / ess
-    return (total - sampling + sampling * scale,
-            seconds - result.timings["sampling"] + result.timings["sampling"] * scale, ess)
-
-
-def load_problem(name, seed):
-    if name == "pde":
-        import elliptic_pde
-        model, title = elliptic_pde.load()
-        return model, title, dict(step_size=0.16, n_steps=10, n_hidden=1000, ridge=1e-7)
-    X, y, _ = rnshmc.datasets.simulated_logistic(n=100_000, dim=50, rng=seed)
-    return (rnshmc.models.LogisticRegression(X, y), "simulated logistic regression, N = 100000, "
-            "d = 50", dict(step_size=0.045, n_steps=6, n_hidden=2000, ridge=1e-6))
-
-
 def cold_start_section(problem, args):
-    model, title, papers = load_problem(problem, args.seed)
+    model, title, settings = load_problem(problem, args.seed)
     unit, column = ("solves", 0) if problem == "pde" else ("seconds", 1)
     print(f"\na. {title}: cost from a cold start to min ESS 1000 ({args.chains} chains x "
           f"{args.draws} draws per run; exact evaluations = densities + gradients)", flush=True)
@@ -125,9 +99,8 @@ def cold_start_section(problem, args):
         for L in args.hmc_lengths:
             runs[f"HMC, Stan warm-up {tune}, L={L}"] = (rnshmc.HMC(model, n_steps=L), tune)
     runs["RNS-HMC, papers' protocol"] = (rnshmc.RNSHMC(
-        model, step_size=papers["step_size"], n_steps=papers["n_steps"],
-        n_hidden=papers["n_hidden"], ridge=papers["ridge"], whiten=False, gradient_weight=0.0,
-        n_train=4000, training_data="states", surrogate_n_steps=None, trust_ratio=None), 5000)
+        model, **settings, **papers.PAPERS_RNS_HMC, n_train=papers.PROTOCOL["n_train"]),
+        papers.PROTOCOL["tune"])
     for tune in args.tunes:
         runs[f"RNS-HMC, defaults, tune {tune}"] = (rnshmc.RNSHMC(model), tune)
         runs[f"ARNS-HMC, defaults, tune {tune}"] = (rnshmc.ARNSHMC(model), tune)
@@ -159,20 +132,17 @@ def cold_start_section(problem, args):
 
 
 def points_section(problem, args):
-    from adaptive import training_points
-    model, title, papers = load_problem(problem, args.seed)
-    fixed = dict(step_size=papers["step_size"], n_steps=papers["n_steps"],
-                 n_hidden=papers["n_hidden"], ridge=papers["ridge"], surrogate_n_steps=None,
-                 trust_ratio=None, training_data="states")
+    model, title, settings = load_problem(problem, args.seed)
+    fixed = dict(settings, **papers.PAPERS_ALGORITHM)
     kwargs = dict(chains=args.chains, rng=args.seed, progress=False, init=np.zeros(model.dim))
     print(f"\nc. {title}: acceptance against training points (papers' step size "
-          f"{papers['step_size']} and L = {papers['n_steps']}, s = {papers['n_hidden']}; "
+          f"{settings['step_size']} and L = {settings['n_steps']}, s = {settings['n_hidden']}; "
           f"{args.chains} chains; median over chains, min..max)", flush=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # acceptance collapse at few points is the point here
         arns = rnshmc.ARNSHMC(model, **fixed).sample(draws=args.points_draws,
                                                      tune=args.points_explore, **kwargs)
-    points = training_points(arns)
+    points = papers.training_points(arns)
     explore_evals = arns.n_density_evals - arns.n_density_evals_sampling \
         + arns.n_gradient_evals - arns.n_gradient_evals_sampling
     print(f"  {'points':>6s}  {'ARNS-HMC acceptance':>22s} {'exact evals':>11s}   "

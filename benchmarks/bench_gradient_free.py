@@ -1,4 +1,4 @@
-"""Sampling the elliptic PDE from exact densities alone (issue 12): GradientFreeRNSHMC against
+"""Sampling the elliptic PDE from exact densities alone: GradientFreeRNSHMC against
 delayed-acceptance Metropolis and adaptive Metropolis, in min ESS per exact PDE solve.
 
 The model is the authors' problem (``ePDE.mat`` of the papers' data, through
@@ -46,22 +46,14 @@ for). Every exact solve is counted, from the first iteration, exploration includ
 Timings are wall clock on whatever else the machine runs: compare them within a run.
 """
 import argparse
-import sys
 import time
 import warnings
-from pathlib import Path
 
 import numpy as np
 
 import rnshmc
+from rnshmc import papers
 from rnshmc.samplers.gradient_free import VALUES_WEIGHT_SCALE, without_gradient
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-
-
-def load_model():
-    import elliptic_pde  # examples/: the authors' problem if present, else the synthetic one
-    return elliptic_pde.load()
 
 
 def quietly(function, *args, **kwargs):
@@ -244,7 +236,7 @@ def main():
     parser.add_argument("--chains", type=int, default=4)
     parser.add_argument("--da-scale", type=float, default=1.5)
     args = parser.parse_args()
-    model, title = load_model()
+    model, title = papers.load_pde()  # the authors' problem if present, else the synthetic one
     print(f"Gradient-free sampling of the elliptic PDE: {title}")
     fit_section(args, model, run_section(args, model))  # (fit uses run's explorations, draws)
 

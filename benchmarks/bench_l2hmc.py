@@ -1,6 +1,6 @@
-"""L2HMC against HMC, and L2HMC on a surrogate against RNS-HMC (issue 11), side by side.
+"""L2HMC against HMC, and L2HMC on a surrogate against RNS-HMC, side by side.
 
-  a. The paper's toy targets (algorithms.md sec. 7): the strongly correlated 2-d Gaussian, the
+  a. The paper's toy targets (docs/algorithms.md sec. 7): the strongly correlated 2-d Gaussian, the
      50-d ill-conditioned Gaussian and the 2-d rough well. L2HMC trained with the reference
      settings (``--train-chains`` 200 chains, T = 10, eps0 = 0.1, Adam lr 1e-3 x 0.96 every
      1000 steps, lambda = 0.1, ``--train-iterations`` 5000), against HMC with the paper's
@@ -32,24 +32,17 @@
         [--draws 2000] [--chains 4] [--seed 0]
 """
 import argparse
-import sys
 import time
 import warnings
-from pathlib import Path
 
 import numpy as np
 
 import rnshmc
+from rnshmc import papers
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-
-TARGETS = {
-    "correlated": ("strongly correlated 2-d Gaussian", rnshmc.models.correlated_gaussian_2d),
-    "ill": ("50-d ill-conditioned Gaussian", rnshmc.models.ill_conditioned_gaussian),
-    "rough": ("2-d rough well", rnshmc.models.RoughWell),
-}
-PAPER_STEP_SIZES = (0.1, 0.15, 0.2)
-# the issue's targets on the correlated Gaussian: L2HMC's ESS per gradient against HMC's
+TARGETS = papers.L2HMC_TARGETS
+PAPER_STEP_SIZES = papers.L2HMC_HMC["step_sizes"]
+# the targets on the correlated Gaussian: L2HMC's ESS per gradient against HMC's
 TARGET_VS_PAPER, TARGET_VS_BEST = 20.0, 2.0
 
 
@@ -69,9 +62,9 @@ def sampling_row(result, extra_gradients=0):
     return float(np.mean(result.acceptance_rate)), ess, ess / sampling, ess / total
 
 
-def train_l2hmc(model, args, standardize=None, step_size=0.1, **train):
-    l2 = rnshmc.L2HMC(model, n_steps=10, hidden=10, step_size=step_size, rng=args.seed,
-                      standardize=standardize)
+def train_l2hmc(model, args, standardize=None, step_size=papers.L2HMC_SETTINGS["step_size"],
+                **train):
+    l2 = papers.l2hmc(model, step_size=step_size, rng=args.seed, standardize=standardize)
     l2.train(args.train_iterations, chains=args.train_chains, rng=args.seed + 1,
              progress=False, **train)
     return l2
@@ -116,12 +109,13 @@ def toy_section(args):
         print_row("L2HMC, standardised by a warm-up", rows["L2HMC standardised"],
                   seconds + sum(result.timings.values()),
                   f"eps {l2s.step_size:.3f}, scales {scale.min():.3g}..{scale.max():.3g} {note}")
-        untrained = rnshmc.L2HMC(model, n_steps=10, hidden=10, step_size=0.1, rng=args.seed)
+        untrained = papers.l2hmc(model, rng=args.seed)
         result, note = quietly(untrained.sample, **kwargs)
-        print_row("L2HMC (untrained, eps 0.1)", sampling_row(result),
-                  sum(result.timings.values()), note)
+        print_row(f"L2HMC (untrained, eps {papers.L2HMC_SETTINGS['step_size']:g})",
+                  sampling_row(result), sum(result.timings.values()), note)
         for eps in PAPER_STEP_SIZES:
-            hmc = rnshmc.HMC(model, step_size=eps, n_steps=10, jitter=False)
+            hmc = rnshmc.HMC(model, step_size=eps, n_steps=papers.L2HMC_HMC["n_steps"],
+                             jitter=False)
             result, note = quietly(hmc.sample, **kwargs)
             rows[f"HMC eps {eps}"] = sampling_row(result)
             print_row(f"HMC, paper's settings, eps {eps}", rows[f"HMC eps {eps}"],
@@ -163,7 +157,7 @@ def switching_rate(samples):
 
 
 def mixture_section(args):
-    model = rnshmc.models.GaussianMixture()
+    model = papers.L2HMC_MIXTURE["model"]()
     print(f"\nb. Mixture of two Gaussians: mode-switching rate per transition ({args.chains} "
           f"chains x {args.draws} draws; L2HMC trained with the temperature annealed from "
           f"{args.temperature} to 1)", flush=True)
@@ -185,12 +179,9 @@ def mixture_section(args):
 
 def load_costly(name):
     if name == "pde":
-        import elliptic_pde
-        model, title = elliptic_pde.load()
+        model, title = papers.load_pde()
         return model, f"elliptic PDE, {title}", "solves"
-    X, y = rnshmc.datasets.load_bank_marketing()
-    return (rnshmc.models.LogisticRegression(X, y, prior_variance=100.0),
-            "Bank Marketing logistic regression", "evaluations")
+    return papers.load_logistic("bank"), "Bank Marketing logistic regression", "evaluations"
 
 
 def surrogate_section(args):
@@ -206,7 +197,8 @@ def surrogate_section(args):
         rows = {}
         start = time.perf_counter()
         l2, note = quietly(rnshmc.L2HMC.with_surrogate, model, tune=args.tune_explore,
-                           rng=args.seed, init=init, progress=False, n_steps=10)
+                           rng=args.seed, init=init, progress=False,
+                           n_steps=papers.L2HMC_SETTINGS["n_steps"])
         l2.train(args.surrogate_train_iterations, chains=args.surrogate_train_chains,
                  rng=args.seed + 1, learning_rate=args.surrogate_learning_rate, progress=False)
         starts = l2.exploration["states"][-args.chains:]
@@ -248,9 +240,11 @@ def main(argv=None):
     parser.add_argument("--sections", nargs="+", default=["a", "b", "c"], choices=["a", "b", "c"])
     parser.add_argument("--targets", nargs="+", default=list(TARGETS), choices=list(TARGETS))
     parser.add_argument("--problems", nargs="+", default=["pde", "bank"], choices=["pde", "bank"])
-    parser.add_argument("--train-iterations", type=int, default=5000)
-    parser.add_argument("--train-chains", type=int, default=200)
-    parser.add_argument("--temperature", type=float, default=10.0)
+    parser.add_argument("--train-iterations", type=int,
+                        default=papers.L2HMC_TRAINING["iterations"])
+    parser.add_argument("--train-chains", type=int, default=papers.L2HMC_TRAINING["chains"])
+    parser.add_argument("--temperature", type=float,
+                        default=papers.L2HMC_MIXTURE["temperature"])
     parser.add_argument("--hmc-lengths", type=int, nargs="+", default=[5, 10, 20, 40, 80, 160])
     parser.add_argument("--draws", type=int, default=2000)
     parser.add_argument("--tune", type=int, default=1000)

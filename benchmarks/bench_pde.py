@@ -23,8 +23,6 @@ The spread (min..max of the per-round ratio) is printed beside each ratio.
     python benchmarks/bench_pde.py [--repeats 15] [--seeds 0 1 2] [--skip-samplers]
 """
 import argparse
-import sys
-from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
@@ -32,12 +30,10 @@ import scipy.sparse.linalg as spl
 
 import rnshmc
 from _timing import ratio_line, rounds, verdict  # benchmarks/ is on sys.path
-from rnshmc.fem import EllipticSolver
+from rnshmc import papers
 from rnshmc.experiments import compare, format_table
+from rnshmc.fem import EllipticSolver
 from rnshmc.models import EllipticPDE
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-from elliptic_pde import authors_problem_path, samplers_for  # noqa: E402
 
 
 class ScipyForward:
@@ -83,8 +79,8 @@ def main():
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2],
                         help="seeds of the sampler comparison (section 4)")
-    parser.add_argument("--draws", type=int, default=5000)
-    parser.add_argument("--tune", type=int, default=5000)
+    parser.add_argument("--draws", type=int, default=papers.PROTOCOL["draws"])
+    parser.add_argument("--tune", type=int, default=papers.PROTOCOL["tune"])
     parser.add_argument("--skip-samplers", action="store_true", help="skip section 4")
     args = parser.parse_args()
     print(f"rnshmc {rnshmc.__version__}")
@@ -124,7 +120,7 @@ def main():
 
     # 2-3. potential and potential+gradient
     cases = [("Q1 30x30", model), ("P1 30x30", EllipticPDE(n=30, element="P1", rng=0))]
-    authors = authors_problem_path()
+    authors = papers.authors_pde_path()
     if authors is not None:
         cases.append(("authors' mesh (ePDE.mat)", EllipticPDE.from_mat(authors)))
     else:
@@ -160,7 +156,7 @@ def samplers_section(path, args):
           f"ridge=1e-7), {args.tune} warm-up + {args.draws} draws, seeds {args.seeds}")
     speedups, per_1000 = {}, {}
     for seed in args.seeds:
-        rows, _ = compare(samplers_for(model, extra_rows=False), args.draws, args.tune,
+        rows, _ = compare(papers.table1_samplers(model, "pde"), args.draws, args.tune,
                           rng=seed, init=np.zeros(model.dim))
         print(format_table(rows, title=f"seed {seed}", evals_label="PDE solves / min ESS"))
         for row in rows:

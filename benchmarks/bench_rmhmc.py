@@ -1,6 +1,6 @@
 """RMHMC and RNS-RMHMC on the papers' four problems: ratios measured side by side in one run.
 
-  a. RNS-RMHMC over RMHMC in min(ESS)/s with the papers' settings (algorithms.md section 1:
+  a. RNS-RMHMC over RMHMC in min(ESS)/s with the papers' settings (docs/algorithms.md section 1:
      RMHMC/RNS-RMHMC eps, L fixed; Fisher metric for the logistic regressions, Gauss-Newton for
      the PDE; RNS-RMHMC with the surrogate's full Hessian (logistic) or its diagonal (PDE),
      exploring by HMC with the HMC settings), 5000 warm-up + 5000 draws, one chain, same seed,
@@ -45,30 +45,19 @@ import os
 import shlex
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 
 import rnshmc
 from _timing import ratio_line, timed  # benchmarks/ is on sys.path
+from rnshmc import papers
 from rnshmc._kernels._integrators import GeneralizedLeapfrog
 from rnshmc._kernels._riemann import LinearPredictorMetric
 from rnshmc._kernels._transition import TRANSITION, Chain
-from rnshmc.experiments import compare, find_mode, format_table, settings_summary
+from rnshmc.experiments import compare, find_mode, format_table
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-import elliptic_pde  # noqa: E402
-import logistic_regression  # noqa: E402
-
-PROBLEMS = ("simulated", "bank", "a9a", "pde")
+PROBLEMS = papers.PROBLEMS
 TARGET = 10.0
-# min(ESS)/s of Table 1 of the RNS paper (MATLAB, 2016 hardware; algorithms.md section 1)
-PAPERS = {
-    "simulated": {"HMC": 14.17, "RMHMC": 0.06, "RNS-HMC": 123.56, "RNS-RMHMC": 2.17},
-    "bank": {"HMC": 6.52, "RMHMC": 0.56, "RNS-HMC": 52.22, "RNS-RMHMC": 14.41},
-    "a9a": {"HMC": 11.96, "RMHMC": 0.29, "RNS-HMC": 81.80, "RNS-RMHMC": 2.68},
-    "pde": {"HMC": 1.17, "RMHMC": 0.23, "RNS-HMC": 7.10, "RNS-RMHMC": 4.38},
-}
 # the rows: Table 1's four, the RNS samplers each with the papers' surrogate (raw inputs, values
 # only) and rnshmc's (whitened inputs, values and gradients); row name -> Table 1's method
 ROWS = {"HMC": "HMC", "RMHMC": "RMHMC", "RNS-HMC (papers)": "RNS-HMC",
@@ -87,32 +76,22 @@ def header(args):
 
 def problem_samplers(problem, args):
     """(model, samplers of the four rows, per-row run settings, title); prints the title."""
-    methods = ("hmc", "rmhmc", "rns-hmc", "rns-rmhmc")
     if problem == "pde":
-        model, description = elliptic_pde.load(args.pde_data)
-        samplers = elliptic_pde.samplers_for(model, extra_rows=False, methods=methods,
-                                             softabs=args.softabs)
-        init = args.rmhmc_init or "zero"
-        s = elliptic_pde.SETTINGS
+        model, description = papers.load_pde(args.pde_data)
         title = f"elliptic PDE, {description}"
     else:
-        model = logistic_regression.load(problem, args.seed)
-        s = logistic_regression.PAPER_SETTINGS[problem]
-        samplers = logistic_regression.samplers_for(model, s, methods=methods,
-                                                    softabs=args.softabs)
-        init = args.rmhmc_init or "mode"
+        model = papers.load_logistic(problem, args.seed)
         title = f"{problem}: N={model.X.shape[0]}, d={model.dim}"
+    samplers = papers.table1_samplers(model, problem, methods=papers.TABLE1_METHODS,
+                                      softabs=args.softabs)
     samplers = {name: sampler for name, sampler in samplers.items() if name in ROWS}
-    title += (f"; {settings_summary(s)}; {args.tune} warm-up + {args.draws} draws; RMHMC from "
-              f"{'the posterior mode' if init == 'mode' else 'q = 0'}")
+    init = args.rmhmc_init or papers.SETTINGS[problem]["rmhmc_start"]
+    title += (f"; {papers.settings_summary(problem)}; {args.tune} warm-up + {args.draws} draws; "
+              f"RMHMC from {'the posterior mode' if init == 'mode' else 'q = 0'}")
     print(f"\n{title}")
-    example = elliptic_pde if problem == "pde" else logistic_regression
-    settings = example.rmhmc_run_settings(model, samplers, _with(args, init))
+    settings = papers.rmhmc_row_settings(model, problem, samplers, args.rmhmc_draws,
+                                         args.rmhmc_tune, init, out=print)
     return model, samplers, settings, title
-
-
-def _with(args, init):
-    return argparse.Namespace(**dict(vars(args), rmhmc_init=init))
 
 
 def samplers_section(args):
@@ -163,8 +142,9 @@ def ratio_report(problem, rates, num, den, target=None):
     """Print rates[num] / rates[den] beside the papers' ratio of the same methods (Table 1);
     ``target`` defaults to the papers' ratio. Returns True (met), False (MISSED) or None (a
     row missing or failed)."""
-    papers = PAPERS[problem][ROWS[num]] / PAPERS[problem][ROWS[den]]
-    target = papers if target is None else target
+    table1 = papers.TABLE1[problem]
+    reported = table1[ROWS[num]] / table1[ROWS[den]]
+    target = reported if target is None else target
     label = f"{problem:<9s} {num} / {den}"
     failed = [name for name in (num, den) if rates.get(name) is None]
     unusable = [name for name in (num, den) if name not in failed
@@ -173,25 +153,25 @@ def ratio_report(problem, rates, num, den, target=None):
         reason = "; ".join(([", ".join(failed) + " failed"] if failed else []) +
                            ([", ".join(unusable) + " has no positive finite min(ESS)/s "
                              "(a chain that never moved)"] if unusable else []))
-        print(f"  {label:<50s}      n/a   (papers {papers:8.4g}x)  NOT MEASURED: {reason}")
+        print(f"  {label:<50s}      n/a   (papers {reported:8.4g}x)  NOT MEASURED: {reason}")
         return None
     value = rates[num] / rates[den]
     ok = bool(value >= target)
-    print(f"  {label:<50s} {value:8.4g}x  (papers {papers:8.4g}x)  target >= {target:.4g}: "
+    print(f"  {label:<50s} {value:8.4g}x  (papers {reported:8.4g}x)  target >= {target:.4g}: "
           f"{'met' if ok else 'MISSED'}")
     return ok
 
 
 def kernel_section(args):
     """c. the Fisher metric's passes over X and the generalized-leapfrog step, simulated data."""
-    model = logistic_regression.load("simulated", args.seed)
+    model = papers.load_logistic("simulated", args.seed)
     X = model.X
     N, d = X.shape
     metric = LinearPredictorMetric(X, "logistic", prior_precision=1.0 / model.prior_variance)
     mode, _ = find_mode(model, model.fisher_metric)
     b = np.random.default_rng(0).standard_normal(d)
     flops = N * d * d  # the syrk pass: N d (d + 1) / 2 multiply-adds; the trsm pass: N d^2 / 2
-    settings = logistic_regression.PAPER_SETTINGS["simulated"]
+    settings = papers.SETTINGS["simulated"]
     chain = Chain(model._ctarget, None,
                   LinearPredictorMetric(X, "logistic", prior_precision=1.0 / model.prior_variance),
                   GeneralizedLeapfrog(d, 1e-9, 50))
@@ -280,8 +260,8 @@ def kernel_section(args):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--problems", nargs="+", default=list(PROBLEMS), choices=PROBLEMS)
-    parser.add_argument("--draws", type=int, default=5000)
-    parser.add_argument("--tune", type=int, default=5000)
+    parser.add_argument("--draws", type=int, default=papers.PROTOCOL["draws"])
+    parser.add_argument("--tune", type=int, default=papers.PROTOCOL["tune"])
     parser.add_argument("--rmhmc-draws", type=int, default=None,
                         help="draws of the RMHMC runs (default --draws)")
     parser.add_argument("--rmhmc-tune", type=int, default=None,

@@ -1,9 +1,9 @@
-"""RNS-HMC against HMC on the papers' logistic regressions (issue 3): ratios side by side.
+"""RNS-HMC against HMC on the papers' logistic regressions: ratios side by side.
 
 The HMC baseline is the efficient one: the same C kernels, the gradient cached between steps.
 
-  1. Papers' settings (algorithms.md section 1; a9a at eps = 0.008, see
-     examples/logistic_regression.py), 5000 warm-up + 5000 draws, one chain, same seed:
+  1. Papers' settings (docs/algorithms.md section 1; a9a at eps = 0.008, see
+     rnshmc.papers.SETTINGS), 5000 warm-up + 5000 draws, one chain, same seed:
      min(ESS)/s of RNS-HMC over HMC (targets >= 2x simulated and a9a, >= 5x Bank Marketing)
      and exact evaluations (density + gradient) per min-ESS for both. RNS-HMC runs with the
      papers' surrogate (raw inputs, values only) and with rnshmc's (whitened, with gradients).
@@ -22,8 +22,6 @@ kernel figures are medians of interleaved rounds (benchmarks/_timing.py).
                                             [--tune 5000] [--repeats 7] [--skip-best]
 """
 import argparse
-import sys
-from pathlib import Path
 
 import numpy as np
 
@@ -31,17 +29,15 @@ import rnshmc
 from _timing import ratio_line, rounds, timed, verdict  # benchmarks/ is on sys.path
 from rnshmc._kernels._integrators import Leapfrog
 from rnshmc._kernels._metrics import EuclideanMetric
+from rnshmc import papers
 from rnshmc._kernels._transition import TRANSITION, Chain
 from rnshmc.experiments import compare, format_table, summarize
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-from logistic_regression import PAPER_SETTINGS, load, samplers_for  # noqa: E402
 
 TARGETS = {"simulated": 2.0, "bank": 5.0, "a9a": 2.0}
 
 
 def papers_settings(name, model, args):
-    samplers = samplers_for(model, PAPER_SETTINGS[name])
+    samplers = papers.table1_samplers(model, name)
     rows, results = compare(samplers, args.draws, args.tune, rng=args.seed,
                             init=np.zeros(model.dim))
     print(format_table(rows, title=f"\n1. {name}, papers' settings "
@@ -63,9 +59,9 @@ def each_at_its_best(name, model, args):
         candidates.append((summarize(f"HMC (adapted eps {result.step_size[0]:.4f}, L={L})",
                                      result), L))
     best_hmc, best_L = max(candidates, key=lambda c: c[0]["min_ess_per_second"])
-    rns = rnshmc.RNSHMC(model, n_hidden=PAPER_SETTINGS[name]["n_hidden"],
-                        ridge=PAPER_SETTINGS[name]["ridge"], n_steps=best_L,
-                        surrogate_n_steps="auto")
+    settings = papers.SETTINGS[name]
+    rns = rnshmc.RNSHMC(model, n_hidden=settings["n_hidden"], ridge=settings["ridge"],
+                        n_steps=best_L, surrogate_n_steps="auto")
     result = rns.sample(args.draws, tune=args.tune, rng=args.seed, init=init, progress=False)
     row = summarize(f"RNS-HMC (auto L={result.surrogate_n_steps[0]})", result)
     rows = [c[0] for c in candidates] + [row]
@@ -81,13 +77,15 @@ def kernel_figures(model, rns_result, surrogate, repeats):
     q = rns_result.samples[0, -1]
     exact, network = model._ctarget, surrogate._ctarget
     # one RNS-HMC iteration (the papers' eps and L, jittered) against one exact potential
+    settings = papers.SETTINGS["simulated"]
     chain = Chain(network, exact, EuclideanMetric(model.dim), Leapfrog())
     chain.set_position(q)
-    chain.step_size = 0.045
+    chain.step_size = settings["step_size"]
     n_iter, n_calls = 100, 2000
     samples, records = np.empty((n_iter, model.dim)), np.empty(n_iter, TRANSITION)
     generator = np.random.default_rng(0)
-    t = rounds({"iteration": lambda: chain.run(generator, n_iter, 6, True, samples, records),
+    L = settings["n_steps"]
+    t = rounds({"iteration": lambda: chain.run(generator, n_iter, L, True, samples, records),
                 "potential": lambda: exact.time_evaluations(q, n_iter, "potential"),
                 "gradient": lambda: network.time_evaluations(q, n_calls, "gradient"),
                 "matvecs": lambda: network.time_matvecs(n_calls)}, repeats, 3)
@@ -114,16 +112,16 @@ def kernel_figures(model, rns_result, surrogate, repeats):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--data", nargs="+", default=list(PAPER_SETTINGS),
-                        choices=list(PAPER_SETTINGS))
-    parser.add_argument("--draws", type=int, default=5000)
-    parser.add_argument("--tune", type=int, default=5000)
+    parser.add_argument("--data", nargs="+", default=list(papers.LOGISTIC_PROBLEMS),
+                        choices=list(papers.LOGISTIC_PROBLEMS))
+    parser.add_argument("--draws", type=int, default=papers.PROTOCOL["draws"])
+    parser.add_argument("--tune", type=int, default=papers.PROTOCOL["tune"])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--skip-best", action="store_true", help="skip section 2")
     args = parser.parse_args()
     for name in args.data:
-        model = load(name, args.seed)
+        model = papers.load_logistic(name, args.seed)
         samplers, results = papers_settings(name, model, args)
         if name == "simulated":
             kernel_figures(model, results["RNS-HMC (papers)"],

@@ -1,4 +1,4 @@
-"""Chains at scale, checkpoint overhead and shared surrogates (issue 12).
+"""Chains at scale, checkpoint overhead and shared surrogates.
 
   a. Chains per second against serial for 1, 2 and 4 chains, on the simulated logistic
      regression (N = 100000, d = 50) and the authors' PDE (the synthetic one without the
@@ -15,7 +15,7 @@
      ``tune``-iteration exploration, or one surrogate (share_surrogate=True) fitted to the
      pooled explorations, at several exploration lengths: acceptance, exact evaluations
      (densities + gradients) of the explorations and in all, min ESS, max R-hat, and the
-     cost from the first iteration to min ESS 1000 (benchmarks/bench_adaptive.py's
+     cost from the first iteration to min ESS 1000 (benchmarks/_common.py's
      cost_to_min_ess; PDE in solves, logistic regression in seconds), with HMC's best from
      bench_adaptive (Stan warm-up 200, L = 10) for the ratio.
 
@@ -26,30 +26,26 @@
 import argparse
 import multiprocessing
 import os
-import sys
 import tempfile
 import time
 import warnings
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
-from pathlib import Path
 
 import numpy as np
 
 import rnshmc
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import cost_to_min_ess, load_problem  # benchmarks/ is on sys.path
+from rnshmc import papers
 
 TARGET_OVERHEAD = 0.01
 
 
 def problems():
-    import elliptic_pde
-    X, y, _ = rnshmc.datasets.simulated_logistic(n=100_000, dim=50, rng=0)
-    logistic = rnshmc.models.LogisticRegression(X, y, n_threads=1)
-    pde, title = elliptic_pde.load()
-    return {"logistic regression (N = 100000, d = 50)": (logistic, dict(step_size=0.045, n_steps=6)),
-            f"elliptic PDE, {title}": (pde, dict(step_size=0.16, n_steps=10))}
+    logistic = papers.load_logistic("simulated", seed=0, n_threads=1)
+    pde, title = papers.load_pde()
+    return {"logistic regression (N = 100000, d = 50)": (logistic,
+                                                         papers.hmc_settings("simulated")),
+            f"elliptic PDE, {title}": (pde, papers.hmc_settings("pde"))}
 
 
 def run(model, settings, chains, draws, pool):
@@ -118,7 +114,6 @@ def checkpoint_section(args):
 
 
 def shared_section(args):
-    from bench_adaptive import cost_to_min_ess, load_problem
     for problem in args.problems:
         model, title, _ = load_problem(problem, 0)
         unit, column = ("solves", 0) if problem == "pde" else ("seconds", 1)

@@ -9,17 +9,12 @@ training window, same exact evaluations). The papers' HMC settings (eps = 0.16, 
     python benchmarks/bench_training_data.py --tunes 100 200 --draws 1000    # ~1 minute
 """
 import argparse
-import sys
 import time
 import warnings
-from pathlib import Path
 
 import numpy as np
 
-import rnshmc
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-import elliptic_pde  # noqa: E402  (the authors' problem, or a synthetic one without the data)
+from rnshmc import papers
 
 
 def main():
@@ -28,14 +23,13 @@ def main():
     parser.add_argument("--draws", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    model, title = elliptic_pde.load()
+    model, title = papers.load_pde()  # the authors' problem, or a synthetic one without the data
     print(f"{title}; {args.draws} draws x 2 chains per row, seed {args.seed}")
     warnings.simplefilter("ignore", RuntimeWarning)  # the trust warning on poor fits
     for tune in args.tunes:
         for training_data in ("states", "trajectories"):
             start = time.perf_counter()
-            res = rnshmc.RNSHMC(model, n_hidden=1000, ridge=1e-7, step_size=0.16, n_steps=10,
-                                training_data=training_data).sample(
+            res = papers.rns_hmc(model, "pde", training_data=training_data).sample(
                 args.draws, tune=tune, chains=2, rng=args.seed, progress=False,
                 init=np.zeros(model.dim))
             print(f"tune {tune:4d}  {training_data:12s}  AP {np.round(res.acceptance_rate, 3)}  "

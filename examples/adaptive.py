@@ -1,4 +1,4 @@
-"""Figures 7 and 8 of the RNS-HMC paper: ARNS-HMC's surrogate learning online (issue 10).
+"""Figures 7 and 8 of the RNS-HMC paper: ARNS-HMC's surrogate learning online.
 
 Fig. 7, acceptance against the number of training points. ARNS-HMC starts at the posterior
 mode (found by L-BFGS) with a short exact-HMC exploration (``--explore`` iterations, the last
@@ -23,8 +23,8 @@ independent of the Fig. 8 runs); its Monte Carlo error, as a relative error, is 
 the floor below which a curve means nothing.
 
 Problems: the simulated logistic regression (N = 100000, d = 50), Bank Marketing, a9a (60
-features) and the authors' elliptic PDE, with the papers' settings (examples
-logistic_regression.py and elliptic_pde.py). PNG figures (fig7_acceptance.png and
+features) and the authors' elliptic PDE, with the papers' settings (``rnshmc.papers``). PNG
+figures (fig7_acceptance.png and
 fig8_relative_error.png in ``--out``) when matplotlib is installed; the numbers are printed
 either way. Run time on 2 quiet cores about 25 min for all four problems (the simulated
 logistic regression about half of it); the PDE alone about 2 min:
@@ -40,43 +40,20 @@ from pathlib import Path
 import numpy as np
 
 import rnshmc
-import elliptic_pde
-import logistic_regression
+from rnshmc import papers
 
-PROBLEMS = ("simulated", "bank", "a9a", "pde")
+PROBLEMS = papers.PROBLEMS
 
 
 def load(name, seed=0):
     """(model, papers' settings: step_size, n_steps, n_hidden, ridge) of a problem."""
-    if name == "pde":
-        model, _ = elliptic_pde.load()
-        settings = elliptic_pde.SETTINGS
-    else:
-        model = logistic_regression.load(name, seed)
-        settings = logistic_regression.PAPER_SETTINGS[name]
-    return model, {k: settings[k] for k in ("step_size", "n_steps", "n_hidden", "ridge")}
-
-
-def training_points(result):
-    """(chains, draws): the number of points the weights in use at each draw of an ARNS-HMC
-    result were fitted to (training states plus the points added before the last install; an
-    install after draw k uses the points of draws 0..k)."""
-    added = np.cumsum(result.online_added, axis=1)
-    points = np.empty(result.online_added.shape, dtype=np.int64)
-    # the final fit's n_train counts the online points too (no refits: the trust watch is off)
-    first_fit = result.n_train - result.n_online_points
-    for c, (installed, n_train) in enumerate(zip(result.installed, first_fit)):
-        # the install in force at draw t is the last one after a draw before t
-        last = np.maximum.accumulate(np.where(installed, np.arange(installed.size), -1))
-        last = np.concatenate([[-1], last[:-1]])
-        points[c] = n_train + np.where(last >= 0, added[c][np.maximum(last, 0)], 0)
-    return points
+    return papers.load_model(name, seed), papers.rns_settings(name)
 
 
 def acceptance_by_points(result, edges):
     """(chains, bins): each chain's mean acceptance probability over the draws whose weights
     were fitted to a number of points in [edges[i], edges[i+1]) (NaN where there is none)."""
-    points = training_points(result)
+    points = papers.training_points(result)
     out = np.full((len(points), len(edges) - 1), np.nan)
     for c in range(len(points)):
         which = np.digitize(points[c], edges) - 1
@@ -110,15 +87,14 @@ def figure7(model, settings, args):
     from the posterior mode."""
     step = dict(step_size=settings["step_size"], n_steps=settings["n_steps"])
     start = posterior_mode(model)
-    arns = rnshmc.ARNSHMC(model, n_hidden=settings["n_hidden"], ridge=settings["ridge"],
-                          training_data="states", surrogate_n_steps=None, trust_ratio=None,
-                          **step)
+    # the papers' algorithm (fixed L, no trust watch) with rnshmc's surrogate
+    arns = rnshmc.ARNSHMC(model, **settings, **papers.PAPERS_ALGORITHM)
     explore = args.explore or (50 if model.dim <= 20 else 600)
     res, _ = quietly(arns, draws=args.draws, tune=explore, chains=args.chains,
                      rng=args.seed, init=start)
     hmc, _ = quietly(rnshmc.HMC(model, **step), draws=args.hmc_draws, tune=explore,
                      chains=2, rng=args.seed + 1, init=start)
-    points = training_points(res)
+    points = papers.training_points(res)
     edges = np.unique(np.geomspace(points.min(), points.max() + 1, args.bins + 1).astype(int))
     by_bin = acceptance_by_points(res, edges)
     return dict(edges=edges, median=np.nanmedian(by_bin, axis=0),
@@ -132,10 +108,8 @@ def figure8(model, settings, args, reference):
     """{method: (seconds, median REM)} of HMC, RNS-HMC (papers') and (A)RNS-HMC (defaults)."""
     runs = {
         "HMC": (rnshmc.HMC(model), args.tune),
-        "RNS-HMC, papers' protocol": (rnshmc.RNSHMC(
-            model, whiten=False, gradient_weight=0.0, training_data="states",
-            surrogate_n_steps=None, trust_ratio=None,
-            **settings), args.rns_tune),
+        "RNS-HMC, papers' protocol": (rnshmc.RNSHMC(model, **papers.PAPERS_RNS_HMC, **settings),
+                                      args.rns_tune),
         "RNS-HMC, defaults": (rnshmc.RNSHMC(model), 200),
         "ARNS-HMC, defaults": (rnshmc.ARNSHMC(model), 200),
     }

@@ -8,7 +8,7 @@ eps = 0.16, L = 10 jittered; RMHMC (Gauss-Newton metric J^T J / sigma_y^2 + I / 
 and RNS-RMHMC (the diagonal of the surrogate's Hessian) eps = 0.8, L = 3 fixed, fixed-point
 solves to 1e-9 (at most 50 iterations); s = 1000 hidden units, ridge 1e-7; 5000 warm-up
 iterations (for the RNS samplers exact HMC with the HMC settings, whose last 4000 states train
-the surrogate), then 5000 draws.
+the surrogate), then 5000 draws (docs/algorithms.md section 1; ``rnshmc.papers.SETTINGS``).
 
 Rows: the efficient HMC baseline (the same kernels, gradient cached); RMHMC; RNS-HMC with the
 papers' surrogate (raw inputs, values only), with rnshmc's (whitened, values and gradients),
@@ -36,79 +36,41 @@ column then shows each row's length), --methods picks rows.
     python examples/elliptic_pde.py --methods hmc rmhmc rns-rmhmc --rmhmc-draws 1000
 """
 import argparse
-import os
-from pathlib import Path
 
 import numpy as np
 
-import rnshmc
-from rnshmc import experiments
+from rnshmc import papers
 from rnshmc.experiments import compare, format_table
-
-SETTINGS = dict(step_size=0.16, n_steps=10, n_hidden=1000, ridge=1e-7,
-                rm_step_size=0.8, rm_n_steps=3)
-
-METHODS = ("hmc", "rmhmc", "rns-hmc", "rns-rmhmc")
-
-
-def authors_problem_path():
-    """ePDE.mat of the papers' data, or None if it is not available."""
-    root = os.environ.get("RNSHMC_SHARED_DATA")
-    root = Path(root) if root else Path(__file__).resolve().parents[2] / "shared" / "data"
-    path = root / "rnshmc-original" / "ePDE.mat"
-    return path if path.is_file() else None
-
-
-def load(path=None):
-    """(model, description): the authors' problem at ``path`` (default: the papers' data if
-    present), else the synthetic Q1 30x30 problem."""
-    path = path or authors_problem_path()
-    if path:
-        return rnshmc.models.EllipticPDE.from_mat(path), f"the authors' problem ({path})"
-    return rnshmc.models.EllipticPDE(n=30, element="Q1", rng=0), "synthetic Q1 30x30"
-
-
-def samplers_for(model, extra_rows=True, methods=("hmc", "rns-hmc"), softabs=None):
-    """{row name: sampler} with the papers' settings for the chosen ``methods`` (of METHODS;
-    the default, HMC and RNS-HMC, is what benchmarks/bench_pde.py compares). ``softabs``:
-    RNS-RMHMC's SoftAbs sharpness (None: the surrogate's Hessian diagonal as it is)."""
-    eps, L, s, ridge = (SETTINGS[k] for k in ("step_size", "n_steps", "n_hidden", "ridge"))
-    rm = dict(step_size=SETTINGS["rm_step_size"], n_steps=SETTINGS["rm_n_steps"], jitter=False)
-    common = dict(n_hidden=s, ridge=ridge, step_size=eps, n_steps=L)
-    samplers = {}
-    if "hmc" in methods:
-        samplers["HMC"] = rnshmc.HMC(model, step_size=eps, n_steps=L)
-    if "rmhmc" in methods:
-        samplers["RMHMC"] = rnshmc.RMHMC(model, metric="gauss_newton", **rm)
-    if "rns-hmc" in methods:
-        samplers["RNS-HMC (papers)"] = rnshmc.RNSHMC(model, whiten=False, gradient_weight=0.0,
-                                                     training_data="states",
-                                                     surrogate_n_steps=None, trust_ratio=None,
-                                                     **common)
-        samplers["RNS-HMC (rnshmc)"] = rnshmc.RNSHMC(model, **common)
-        if extra_rows:
-            samplers["RNS-HMC (rnshmc, DA)"] = rnshmc.RNSHMC(model, delayed_acceptance=True,
-                                                             **common)
-            samplers[f"RNS-HMC (rnshmc, L={L})"] = rnshmc.RNSHMC(
-                model, surrogate_n_steps=None, **common)
-    if "rns-rmhmc" in methods:
-        rns_rm = dict(metric="diagonal", n_hidden=s, ridge=ridge, explore_step_size=eps,
-                      explore_n_steps=L, explore_jitter=True, softabs=softabs, **rm)
-        samplers["RNS-RMHMC (papers)"] = rnshmc.RNSRMHMC(model, whiten=False,
-                                                         gradient_weight=0.0, **rns_rm)
-        samplers["RNS-RMHMC (rnshmc)"] = rnshmc.RNSRMHMC(model, **rns_rm)
-    return samplers
-
-
-def rmhmc_run_settings(model, samplers, args, out=print):
-    """compare()'s per-row overrides of the RMHMC row (shared with benchmarks/bench_rmhmc.py)."""
-    return experiments.rmhmc_run_settings(model, samplers, args, model.gauss_newton_metric,
-                                          "Gauss-Newton", out)
 
 
 def add_rmhmc_arguments(parser):
-    """--methods and the RMHMC rows' options (shared with benchmarks/bench_rmhmc.py)."""
-    experiments.add_rmhmc_arguments(parser, METHODS, default_init="zero")
+    """--methods and the RMHMC rows' options."""
+    parser.add_argument("--methods", nargs="+", default=list(papers.TABLE1_METHODS),
+                        type=str.lower, choices=papers.TABLE1_METHODS,
+                        help="rows to run (default all; the first one is the reference of the "
+                        "speed-ups)")
+    parser.add_argument("--rmhmc-draws", type=int, default=None,
+                        help="draws of the RMHMC row (default --draws)")
+    parser.add_argument("--rmhmc-tune", type=int, default=None,
+                        help="burn-in of the RMHMC row (default --tune)")
+    start = papers.SETTINGS["pde"]["rmhmc_start"]
+    parser.add_argument("--rmhmc-init", choices=("mode", "zero"), default=start,
+                        help=f"RMHMC's starting point: the posterior mode or q = 0 like the "
+                        f"other rows (default {start})")
+    parser.add_argument("--softabs", type=float, default=None,
+                        help="SoftAbs sharpness of RNS-RMHMC's surrogate metric (default none, "
+                        "as in the papers: the run fails where it is not positive definite)")
+
+
+def implicit_solver_summary(label, result):
+    """One line on a generalized-leapfrog result's implicit solves (None for other results)."""
+    if "n_implicit_failures" not in result:
+        return None
+    iterations = result.solver_iterations[0]
+    return (f"  {label}: fixed-point iterations per trajectory median "
+            f"{np.median(iterations):.0f}, max {iterations.max()}; "
+            f"{int(result.n_implicit_failures.sum())} implicit failures, "
+            f"{int(result.diverging.sum())} divergences in {result.samples.shape[1]} draws")
 
 
 def print_details(rows, results, out=print):
@@ -119,7 +81,7 @@ def print_details(rows, results, out=print):
             out(f"  {row['method']}: min ESS per 1000 model evaluations "
                 f"{1000 / row['exact_evals_per_min_ess']:.0f}")
     for label, res in results.items():
-        solver = experiments.implicit_solver_summary(label, res)
+        solver = implicit_solver_summary(label, res)
         if solver is not None:
             out(solver)
     rns = results.get("RNS-HMC (rnshmc)")
@@ -130,21 +92,22 @@ def print_details(rows, results, out=print):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data", default=None, help="ePDE.mat (default: the papers' data)")
-    parser.add_argument("--draws", type=int, default=5000)
-    parser.add_argument("--tune", type=int, default=5000)
+    parser.add_argument("--draws", type=int, default=papers.PROTOCOL["draws"])
+    parser.add_argument("--tune", type=int, default=papers.PROTOCOL["tune"])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
     add_rmhmc_arguments(parser)
     args = parser.parse_args(argv)
-    methods = [m for m in METHODS if m in args.methods]
-    model, problem = load(args.data)
+    model, problem = papers.load_pde(args.data)
     for seed in args.seeds:
-        samplers = samplers_for(model, methods=methods, softabs=args.softabs)
-        print(f"\nelliptic PDE, {problem}, seed {seed}: {experiments.settings_summary(SETTINGS)}; "
+        # every row of the table, with delayed acceptance and the fixed trajectory length
+        samplers = papers.table1_samplers(model, "pde", args.methods, delayed=True,
+                                          fixed_length=True, softabs=args.softabs)
+        print(f"\nelliptic PDE, {problem}, seed {seed}: {papers.settings_summary('pde')}; "
               f"{args.tune} warm-up + {args.draws} draws")
+        settings = papers.rmhmc_row_settings(model, "pde", samplers, args.rmhmc_draws,
+                                             args.rmhmc_tune, args.rmhmc_init, out=print)
         rows, results = compare(samplers, args.draws, args.tune, rng=seed,
-                                init=np.zeros(model.dim),
-                                settings=rmhmc_run_settings(model, samplers, args),
-                                on_error="report")
+                                init=np.zeros(model.dim), settings=settings, on_error="report")
         print(format_table(rows, evals_label="model evals / min ESS"))
         print_details(rows, results)
 

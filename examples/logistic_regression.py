@@ -10,13 +10,15 @@ min-ESS; the RMHMC rows add the proposals rejected for a failed implicit solve (
 fails") and the fixed-point iterations per generalized-leapfrog step ("FP it/step"). The
 exact evaluations do not count RMHMC's Fisher-metric factorisations (its main cost, in s/iter).
 
-Settings (algorithms.md section 1): HMC and RNS-HMC with eps and L jittered; RMHMC and
-RNS-RMHMC with their own eps and a fixed L (no jitter), fixed-point solves to 1e-9 (at most 50
-iterations); RNS-RMHMC explores with the HMC settings. The papers' protocol is the default:
-5000 warm-up iterations (for the RNS samplers: exact HMC whose last 4000 states train the
-surrogate), then 5000 draws, one chain. Rows: HMC; RMHMC; RNS-HMC and RNS-RMHMC each with the
-papers' surrogate (raw inputs, values only) and with rnshmc's (whitened inputs, values and
-gradients fitted); ``--delayed`` adds RNS-HMC with the two-stage test.
+Settings (docs/algorithms.md section 1; ``rnshmc.papers.SETTINGS``): HMC and RNS-HMC with
+eps and L jittered; RMHMC and RNS-RMHMC with their own eps and a fixed L (no jitter),
+fixed-point solves to 1e-9 (at most 50 iterations); RNS-RMHMC explores with the HMC settings
+(the a9a step size is 0.008, not the papers' 0.012: see ``rnshmc.papers.SETTINGS``). The
+papers' protocol is the default: 5000 warm-up iterations (for the RNS samplers: exact HMC
+whose last 4000 states train the surrogate), then 5000 draws, one chain. Rows: HMC; RMHMC;
+RNS-HMC and RNS-RMHMC each with the papers' surrogate (raw inputs, values only) and with
+rnshmc's (whitened inputs, values and gradients fitted); ``--delayed`` adds RNS-HMC with the
+two-stage test.
 
 The papers' RNS-RMHMC has no safeguard for a surrogate Hessian that is not positive definite:
 where it is not at the exploration's last state the row fails (printed as FAILED with the
@@ -48,79 +50,38 @@ import argparse
 
 import numpy as np
 
-import rnshmc
-from rnshmc import experiments
+from rnshmc import papers
 from rnshmc.experiments import compare, format_table
-
-# step size, leapfrog steps (jittered), hidden units, ridge, and the generalized leapfrog's
-# step size and steps (fixed): the table in algorithms.md
-PAPER_SETTINGS = {
-    "simulated": dict(step_size=0.045, n_steps=6, n_hidden=2000, ridge=1e-6,
-                      rm_step_size=0.54, rm_n_steps=2),
-    "bank": dict(step_size=0.012, n_steps=45, n_hidden=1000, ridge=1e-7,
-                 rm_step_size=0.4, rm_n_steps=6),
-    # The papers' a9a step size is 0.012; on our a9a design (a seeded Gaussian projection,
-    # standardised, not the authors' own) 0.012 is past the leapfrog's stability limit (every
-    # proposal diverges) and 0.008 gives the papers' HMC acceptance (0.71 against their 0.72).
-    "a9a": dict(step_size=0.008, n_steps=10, n_hidden=2500, ridge=1e-9,
-                rm_step_size=0.5, rm_n_steps=4),
-}
-
-# the rows of each --methods choice
-METHODS = ("hmc", "rmhmc", "rns-hmc", "rns-rmhmc")
-
-
-def load(name, seed):
-    if name == "simulated":
-        X, y, _ = rnshmc.datasets.simulated_logistic(n=100_000, dim=50, rng=seed)
-    elif name == "bank":
-        X, y = rnshmc.datasets.load_bank_marketing()
-    else:
-        X, y = rnshmc.datasets.load_a9a(n_components=60, rng=seed)
-    return rnshmc.models.LogisticRegression(X, y, prior_variance=100.0)
-
-
-def samplers_for(model, settings, delayed=False, methods=("hmc", "rns-hmc"), softabs=None):
-    """{row name: sampler} with the papers' ``settings`` for the chosen ``methods`` (of
-    METHODS; the default, HMC and RNS-HMC, is what the RNS-HMC benchmark compares).
-    ``softabs``: RNS-RMHMC's SoftAbs sharpness (None: the surrogate Hessian as it is, as in
-    the papers)."""
-    eps, L, s, ridge = (settings[k] for k in ("step_size", "n_steps", "n_hidden", "ridge"))
-    rm = dict(step_size=settings["rm_step_size"], n_steps=settings["rm_n_steps"], jitter=False)
-    samplers = {}
-    if "hmc" in methods:
-        samplers["HMC"] = rnshmc.HMC(model, step_size=eps, n_steps=L)
-    if "rmhmc" in methods:
-        samplers["RMHMC"] = rnshmc.RMHMC(model, metric="fisher", **rm)
-    if "rns-hmc" in methods:
-        samplers["RNS-HMC (papers)"] = rnshmc.RNSHMC(
-            model, n_hidden=s, ridge=ridge, step_size=eps, n_steps=L, whiten=False,
-            gradient_weight=0.0, training_data="states", surrogate_n_steps=None,
-            trust_ratio=None)
-        samplers["RNS-HMC (rnshmc)"] = rnshmc.RNSHMC(model, n_hidden=s, ridge=ridge,
-                                                     step_size=eps, n_steps=L)
-        if delayed:
-            samplers["RNS-HMC (rnshmc, DA)"] = rnshmc.RNSHMC(
-                model, n_hidden=s, ridge=ridge, step_size=eps, n_steps=L,
-                delayed_acceptance=True)
-    if "rns-rmhmc" in methods:
-        common = dict(metric="hessian", n_hidden=s, ridge=ridge, explore_step_size=eps,
-                      explore_n_steps=L, explore_jitter=True, softabs=softabs, **rm)
-        samplers["RNS-RMHMC (papers)"] = rnshmc.RNSRMHMC(model, whiten=False,
-                                                         gradient_weight=0.0, **common)
-        samplers["RNS-RMHMC (rnshmc)"] = rnshmc.RNSRMHMC(model, **common)
-    return samplers
-
-
-def rmhmc_run_settings(model, samplers, args, out=print):
-    """compare()'s per-row overrides of the RMHMC row (shared with benchmarks/bench_rmhmc.py)."""
-    return experiments.rmhmc_run_settings(model, samplers, args, model.fisher_metric,
-                                          "Newton with the Fisher metric", out)
 
 
 def add_rmhmc_arguments(parser):
-    """--methods and the RMHMC rows' options (shared with benchmarks/bench_rmhmc.py)."""
-    experiments.add_rmhmc_arguments(parser, METHODS, default_init="mode")
+    """--methods and the RMHMC rows' options."""
+    parser.add_argument("--methods", nargs="+", default=list(papers.TABLE1_METHODS),
+                        type=str.lower, choices=papers.TABLE1_METHODS,
+                        help="rows to run (default all; the first one is the reference of the "
+                        "speed-ups)")
+    parser.add_argument("--rmhmc-draws", type=int, default=None,
+                        help="draws of the RMHMC row (default --draws)")
+    parser.add_argument("--rmhmc-tune", type=int, default=None,
+                        help="burn-in of the RMHMC row (default --tune)")
+    parser.add_argument("--rmhmc-init", choices=("mode", "zero"), default=None,
+                        help="RMHMC's starting point: the posterior mode or q = 0 like the "
+                        "other rows (default: the data set's rmhmc_start in "
+                        "rnshmc.papers.SETTINGS, mode)")
+    parser.add_argument("--softabs", type=float, default=None,
+                        help="SoftAbs sharpness of RNS-RMHMC's surrogate metric (default none, "
+                        "as in the papers: the run fails where it is not positive definite)")
+
+
+def implicit_solver_summary(label, result):
+    """One line on a generalized-leapfrog result's implicit solves (None for other results)."""
+    if "n_implicit_failures" not in result:
+        return None
+    iterations = result.solver_iterations[0]
+    return (f"  {label}: fixed-point iterations per trajectory median "
+            f"{np.median(iterations):.0f}, max {iterations.max()}; "
+            f"{int(result.n_implicit_failures.sum())} implicit failures, "
+            f"{int(result.diverging.sum())} divergences in {result.samples.shape[1]} draws")
 
 
 def print_details(rows, results, out=print):
@@ -133,34 +94,34 @@ def print_details(rows, results, out=print):
                     f"{res.timings['train']:.2f} s, RMS residual {res.fit_residual[0]:.3g}; "
                     f"exploration acceptance {res.exploration_acceptance_rate[0]:.2f}")
             out(line)
-        solver = experiments.implicit_solver_summary(label, res)
+        solver = implicit_solver_summary(label, res)
         if solver is not None:
             out(solver)
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--data", nargs="+", default=list(PAPER_SETTINGS),
-                        choices=list(PAPER_SETTINGS))
-    parser.add_argument("--draws", type=int, default=5000)
-    parser.add_argument("--tune", type=int, default=5000)
+    parser.add_argument("--data", nargs="+", default=list(papers.LOGISTIC_PROBLEMS),
+                        choices=papers.LOGISTIC_PROBLEMS)
+    parser.add_argument("--draws", type=int, default=papers.PROTOCOL["draws"])
+    parser.add_argument("--tune", type=int, default=papers.PROTOCOL["tune"])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--delayed", action="store_true", help="add a delayed-acceptance row")
     parser.add_argument("--progress", action="store_true")
     add_rmhmc_arguments(parser)
     args = parser.parse_args(argv)
-    methods = [m for m in METHODS if m in args.methods]
     for name in args.data:
-        model = load(name, args.seed)
-        settings = PAPER_SETTINGS[name]
-        samplers = samplers_for(model, settings, args.delayed, methods, args.softabs)
+        model = papers.load_logistic(name, args.seed)
+        samplers = papers.table1_samplers(model, name, args.methods, delayed=args.delayed,
+                                          softabs=args.softabs)
         print(f"\n{name}: N={model.X.shape[0]}, d={model.dim}; "
-              f"{experiments.settings_summary(settings)}; {args.tune} warm-up + "
+              f"{papers.settings_summary(name)}; {args.tune} warm-up + "
               f"{args.draws} draws")
+        settings = papers.rmhmc_row_settings(model, name, samplers, args.rmhmc_draws,
+                                             args.rmhmc_tune, args.rmhmc_init, out=print)
         rows, results = compare(samplers, args.draws, args.tune, rng=args.seed,
                                 init=np.zeros(model.dim), progress=args.progress,
-                                settings=rmhmc_run_settings(model, samplers, args),
-                                on_error="report")
+                                settings=settings, on_error="report")
         print(format_table(rows))
         print_details(rows, results)
 

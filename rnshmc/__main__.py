@@ -22,7 +22,8 @@ def main(argv=None):
 
 def build_parser():
     """The argument parser of the ``rnshmc`` command."""
-    from . import __version__
+    from . import __version__, papers
+    simulated = papers.SETTINGS["simulated"]
     parser = argparse.ArgumentParser(prog="rnshmc", description="rnshmc demonstrations")
     parser.add_argument("--version", action="version", version=f"rnshmc {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -38,26 +39,33 @@ def build_parser():
     pde.add_argument("--data", default=None, metavar="ePDE.mat",
                      help="the authors' problem file (default: synthetic data on --n x --n)")
     pde.add_argument("--n", type=int, default=None,
-                     help="mesh size of the synthetic problem (default 30; --quick: 12)")
+                     help=f"mesh size of the synthetic problem (default "
+                          f"{papers.SYNTHETIC_PDE['n']}; --quick: 12)")
     pde.add_argument("--element", default="Q1", choices=["Q1", "P1"],
                      help="finite elements of the synthetic problem: bilinear quadrilaterals "
                           "(Q1, the papers') or linear triangles (P1)")
-    add_run_options(pde, draws=5000, tune=5000, quick_draws=400, quick_tune=400,
-                    tune_help="warm-up; for RNS-HMC the exploration, whose last 80%% train the "
-                              "surrogate (default 5000, the papers' protocol; --quick: 400)")
+    protocol = papers.PROTOCOL
+    add_run_options(pde, draws=protocol["draws"], tune=protocol["tune"], quick_draws=400,
+                    quick_tune=400,
+                    tune_help=f"warm-up; for RNS-HMC the exploration, whose last 80%% train "
+                              f"the surrogate (default {protocol['tune']}, the papers' "
+                              "protocol; --quick: 400)")
     pde.set_defaults(run=demos.pde)
     logistic = which.add_parser(
         "logistic", help="HMC on the papers' simulated logistic regression",
         description="HMC with the papers' settings on their simulated logistic regression; "
                     "prints acceptance, ESS, R-hat and timings and writes the samples to --out.")
+    n, dim = papers.SIMULATED_DATA["n"], papers.SIMULATED_DATA["dim"]
     logistic.add_argument("--n", type=int, default=None,
-                          help="rows of data (default 100000; --quick: 20000)")
-    logistic.add_argument("--dim", type=int, default=50, help="coefficients (default 50)")
+                          help=f"rows of data (default {n}; --quick: 20000)")
+    logistic.add_argument("--dim", type=int, default=dim, help=f"coefficients (default {dim})")
     logistic.add_argument("--step-size", type=float, default=None,
-                          help="leapfrog step size (default the papers' 0.045; --quick: "
-                               "adapted, as 0.045 is tuned for N=100000)")
-    logistic.add_argument("--n-steps", type=int, default=6,
-                          help="leapfrog steps, jittered (default the papers' 6)")
+                          help=f"leapfrog step size (default the papers' "
+                               f"{simulated['step_size']}; --quick: adapted, as "
+                               f"{simulated['step_size']} is tuned for N={n})")
+    logistic.add_argument("--n-steps", type=int, default=simulated["n_steps"],
+                          help=f"leapfrog steps, jittered (default the papers' "
+                               f"{simulated['n_steps']})")
     add_run_options(logistic, draws=2000, tune=1000, quick_draws=300, quick_tune=300,
                     tune_help="warm-up iterations (default 1000; --quick: 300)")
     logistic.set_defaults(run=demos.logistic)

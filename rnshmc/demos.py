@@ -44,11 +44,13 @@ def run_lengths(args):
 def logistic(args):
     """HMC on the papers' simulated logistic regression (``rnshmc demo logistic``)."""
     import rnshmc
+    from rnshmc import papers
 
     draws, tune = run_lengths(args)
-    n = args.n if args.n is not None else (20_000 if args.quick else 100_000)
+    n = args.n if args.n is not None else (20_000 if args.quick else papers.SIMULATED_DATA["n"])
     # the papers' 0.045 is tuned for N = 100000: a quick run on fewer rows adapts it
-    step_size = args.step_size if args.step_size is not None else (None if args.quick else 0.045)
+    step_size = args.step_size if args.step_size is not None else (
+        None if args.quick else papers.SETTINGS["simulated"]["step_size"])
     print(f"Bayesian logistic regression, simulated data of the RNS-HMC paper: N={n}, d={args.dim}")
     X, y, beta = rnshmc.datasets.simulated_logistic(n, args.dim, rng=args.seed)
     model = rnshmc.models.LogisticRegression(X, y)
@@ -74,18 +76,24 @@ def logistic(args):
     return 0
 
 
-# the papers' settings for the elliptic PDE (algorithms.md section 1)
-PDE_SETTINGS = dict(step_size=0.16, n_steps=10, n_hidden=1000, ridge=1e-7)
+def pde_samplers(model, quick=False):
+    """The PDE demo's rows: HMC and RNS-HMC (rnshmc's surrogate) with the papers' settings
+    of the elliptic PDE (:data:`rnshmc.papers.SETTINGS`), with ``quick`` a small network of 200
+    hidden units."""
+    from rnshmc import papers
+    n_hidden = 200 if quick else papers.SETTINGS["pde"]["n_hidden"]
+    return {"HMC": papers.hmc(model, "pde"),
+            "RNS-HMC": papers.rns_hmc(model, "pde", n_hidden=n_hidden)}
 
 
 def pde(args):
     """HMC against RNS-HMC on the elliptic PDE inverse problem (``rnshmc demo pde``)."""
     import rnshmc
+    from rnshmc import papers
     from rnshmc.experiments import compare, format_table
 
     draws, tune = run_lengths(args)
-    n = args.n if args.n is not None else (12 if args.quick else 30)
-    n_hidden = 200 if args.quick else PDE_SETTINGS["n_hidden"]  # quick: a small network
+    n = args.n if args.n is not None else (12 if args.quick else papers.SYNTHETIC_PDE["n"])
     if args.data:
         try:
             model = rnshmc.models.EllipticPDE.from_mat(args.data)
@@ -97,7 +105,10 @@ def pde(args):
         model = rnshmc.models.EllipticPDE(n=n, element=args.element, rng=args.seed)
         problem = (f"synthetic data on the {n}x{n} {args.element} mesh, true theta drawn from "
                    "the prior")
-    eps, L, ridge = PDE_SETTINGS["step_size"], PDE_SETTINGS["n_steps"], PDE_SETTINGS["ridge"]
+    samplers = pde_samplers(model, args.quick)
+    settings = papers.SETTINGS["pde"]
+    eps, L, ridge = settings["step_size"], settings["n_steps"], settings["ridge"]
+    n_hidden = samplers["RNS-HMC"].n_hidden
     print(f"Elliptic PDE inverse problem: {problem}")
     print(f"  d={model.dim} KL coefficients, {model.solver.n_nodes} nodes, "
           f"{model.solver.n_elements} elements, {model.observations.size} observations; "
@@ -105,11 +116,6 @@ def pde(args):
     print(f"  HMC and RNS-HMC with the papers' settings: eps={eps}, L={L} jittered; RNS-HMC "
           f"s={n_hidden}, ridge={ridge:g}; {args.chains} chain(s) x ({tune} warm-up + {draws} "
           "draws)")
-    samplers = {
-        "HMC": rnshmc.HMC(model, step_size=eps, n_steps=L),
-        "RNS-HMC": rnshmc.RNSHMC(model, n_hidden=n_hidden, ridge=ridge, step_size=eps,
-                                 n_steps=L),
-    }
     start = time.perf_counter()
     rows, results = compare(samplers, draws, tune, chains=args.chains, rng=args.seed,
                             init=np.zeros(model.dim), progress=not args.no_progress)

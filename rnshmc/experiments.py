@@ -6,9 +6,8 @@ per iteration, min(ESS)/s, the speed-up over the first row, and exact evaluation
 As in the papers, times are those of the sampling phase (after warm-up and training). Rows of
 the Riemannian samplers (RMHMC, RNS-RMHMC) add the implicit solver's figures: proposals
 rejected because a fixed-point solve failed, and fixed-point iterations per leapfrog step.
+The papers' problems and each row's settings are in :mod:`rnshmc.papers`.
 """
-import time
-
 import numpy as np
 
 __all__ = ["compare", "summarize", "format_table", "find_mode"]
@@ -230,65 +229,3 @@ def find_mode(model, metric, init=None, max_iterations=100, tol=1e-8):
         U, g = model.potential_and_gradient(q)
     return q, dict(iterations=max_iterations, potential=float(U), decrement=decrement,
                    converged=False)
-
-
-# ----------------------------------------------------------------------------------------------
-# the Table 1 examples' RMHMC rows (examples/, benchmarks/bench_rmhmc.py)
-
-def add_rmhmc_arguments(parser, methods, default_init):
-    """--methods (of ``methods``) and the RMHMC rows' options: --rmhmc-draws, --rmhmc-tune,
-    --rmhmc-init {mode, zero} (default ``default_init``), --softabs."""
-    parser.add_argument("--methods", nargs="+", default=list(methods), type=str.lower,
-                        choices=methods, help="rows to run (default all; the first one is "
-                        "the reference of the speed-ups)")
-    parser.add_argument("--rmhmc-draws", type=int, default=None,
-                        help="draws of the RMHMC row (default --draws)")
-    parser.add_argument("--rmhmc-tune", type=int, default=None,
-                        help="burn-in of the RMHMC row (default --tune)")
-    parser.add_argument("--rmhmc-init", choices=("mode", "zero"), default=default_init,
-                        help=f"RMHMC's starting point: the posterior mode or q = 0 like the "
-                        f"other rows (default {default_init})")
-    parser.add_argument("--softabs", type=float, default=None,
-                        help="SoftAbs sharpness of RNS-RMHMC's surrogate metric (default none, "
-                        "as in the papers: the run fails where it is not positive definite)")
-
-
-def rmhmc_run_settings(model, samplers, args, metric, method, out=print):
-    """:func:`compare`'s per-row overrides of the RMHMC row from those options: its own
-    lengths, and with ``--rmhmc-init mode`` a start at the posterior mode found by
-    :func:`find_mode` with ``metric`` (``method`` names it in the message)."""
-    if "RMHMC" not in samplers:
-        return {}
-    settings = {}
-    if args.rmhmc_draws is not None:
-        settings["draws"] = args.rmhmc_draws
-    if args.rmhmc_tune is not None:
-        settings["tune"] = args.rmhmc_tune
-    if args.rmhmc_init == "mode":
-        start = time.perf_counter()
-        mode, info = find_mode(model, metric)
-        out(f"  RMHMC starts at the posterior mode: {method}, {info['iterations']} iterations, "
-            f"{time.perf_counter() - start:.2f} s, U = {info['potential']:.2f}"
-            f"{'' if info['converged'] else ' (NOT converged)'}")
-        settings["init"] = mode
-    return {"RMHMC": settings}
-
-
-def settings_summary(settings):
-    """The papers' Table 1 settings of one problem as one line of text (``settings``: a dict
-    with step_size, n_steps, rm_step_size, rm_n_steps, n_hidden, ridge)."""
-    return (f"HMC/RNS-HMC eps={settings['step_size']}, L={settings['n_steps']} jittered; "
-            f"RMHMC/RNS-RMHMC eps={settings['rm_step_size']}, L={settings['rm_n_steps']} fixed; "
-            f"s={settings['n_hidden']}, ridge={settings['ridge']:g}")
-
-
-def implicit_solver_summary(label, result):
-    """One line on a generalized-leapfrog result's implicit solves (None for other results):
-    iterations per trajectory, implicit failures and divergences."""
-    if "n_implicit_failures" not in result:
-        return None
-    iterations = result.solver_iterations[0]
-    return (f"  {label}: fixed-point iterations per trajectory median "
-            f"{np.median(iterations):.0f}, max {iterations.max()}; "
-            f"{int(result.n_implicit_failures.sum())} implicit failures, "
-            f"{int(result.diverging.sum())} divergences in {result.samples.shape[1]} draws")

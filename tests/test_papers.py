@@ -1,0 +1,189 @@
+"""rnshmc.papers: every problem's settings build its model and Table 1's samplers, the demo
+runs with the table's settings, the RMHMC row's start, the L2HMC toy energies, Fig. 7's
+training points; and no module below it imports it. Tests that need the papers' data
+(../shared/data beside the checkout, or $RNSHMC_SHARED_DATA) skip without it."""
+import ast
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import rnshmc
+from rnshmc import demos, papers
+from rnshmc.__main__ import build_parser, main
+from rnshmc.experiments import find_mode
+
+ROWS = ["HMC", "RMHMC", "RNS-HMC (papers)", "RNS-HMC (rnshmc)", "RNS-HMC (rnshmc, DA)",
+        "RNS-RMHMC (papers)", "RNS-RMHMC (rnshmc)"]
+
+
+@pytest.fixture(scope="module")
+def bank():
+    return papers.load_logistic("bank")
+
+
+def test_every_problem_has_every_setting():
+    keys = set(papers.SETTINGS["pde"])
+    assert set(papers.SETTINGS) == set(papers.PROBLEMS) == set(papers.TABLE1)
+    for problem, settings in papers.SETTINGS.items():
+        assert set(settings) == keys, problem
+        assert settings["rmhmc_start"] in ("mode", "zero")
+        assert set(papers.TABLE1[problem]) == {"HMC", "RMHMC", "RNS-HMC", "RNS-RMHMC"}
+    assert papers.PROTOCOL["n_train"] == 0.8 * papers.PROTOCOL["tune"]
+
+
+@pytest.mark.parametrize("problem", papers.PROBLEMS)
+def test_every_problem_builds_its_model_and_table_rows(problem):
+    model = papers.load_model(problem)
+    s = papers.SETTINGS[problem]
+    samplers = papers.table1_samplers(model, problem, methods=papers.TABLE1_METHODS[::-1],
+                                      delayed=True, fixed_length=True)
+    fixed = f"RNS-HMC (rnshmc, L={s['n_steps']})"
+    assert list(samplers) == ROWS[:5] + [fixed] + ROWS[5:]  # the table's order
+    hmc, rmhmc = samplers["HMC"], samplers["RMHMC"]
+    assert (hmc.step_size, hmc.n_steps, hmc.jitter) == (s["step_size"], s["n_steps"], True)
+    assert (rmhmc.step_size, rmhmc.n_steps, rmhmc.jitter) == (s["rm_step_size"],
+                                                              s["rm_n_steps"], False)
+    for name in ROWS[2:5] + [fixed]:
+        rns = samplers[name]
+        assert (rns.step_size, rns.n_steps, rns.n_hidden, rns.surrogate_options["ridge"]) == (
+            s["step_size"], s["n_steps"], s["n_hidden"], s["ridge"]), name
+    papers_row = samplers["RNS-HMC (papers)"]
+    assert not papers_row.surrogate_options["whiten"] and papers_row.gradient_weight == 0.0
+    assert papers_row.training_data == "states" and papers_row.trust_ratio is None
+    assert papers_row.surrogate_n_steps == s["n_steps"] == samplers[fixed].surrogate_n_steps
+    assert samplers["RNS-HMC (rnshmc)"].surrogate_n_steps == "auto"
+    assert samplers["RNS-HMC (rnshmc, DA)"].delayed_acceptance
+    for name in ROWS[5:]:
+        rns_rm = samplers[name]  # explores with the HMC settings
+        assert (rns_rm.step_size, rns_rm.n_steps, rns_rm.jitter, rns_rm.rm_step_size,
+                rns_rm.rm_n_steps, rns_rm.rm_jitter, rns_rm.n_hidden,
+                rns_rm.surrogate_options["ridge"], rns_rm.metric) == (
+            s["step_size"], s["n_steps"], True, s["rm_step_size"], s["rm_n_steps"], False,
+            s["n_hidden"], s["ridge"], s["surrogate_metric"]), name
+    assert not samplers["RNS-RMHMC (papers)"].surrogate_options["whiten"]
+    # the default rows are HMC and RNS-HMC
+    assert list(papers.table1_samplers(model, problem)) == ROWS[:1] + ROWS[2:4]
+
+
+def test_unknown_names_are_refused(bank):
+    with pytest.raises(ValueError, match="problem must be one of"):
+        papers.table1_samplers(bank, "adult")
+    with pytest.raises(ValueError, match="problem must be one of"):
+        papers.load_logistic("pde")
+    with pytest.raises(ValueError, match="variant"):
+        papers.rns_hmc(bank, "bank", variant="authors")
+    with pytest.raises(ValueError, match="start"):
+        papers.rmhmc_row_settings(bank, "bank", {"RMHMC": None}, start="origin")
+
+
+def test_settings_summary():
+    assert papers.settings_summary("bank") == (
+        "HMC/RNS-HMC eps=0.012, L=45 jittered; RMHMC/RNS-RMHMC eps=0.4, L=6 fixed; "
+        "s=1000, ridge=1e-07")
+
+
+def test_rmhmc_row_settings_start_at_the_mode(bank):
+    lines = []
+    samplers = papers.table1_samplers(bank, "bank", methods=("hmc", "rmhmc"))
+    settings = papers.rmhmc_row_settings(bank, "bank", samplers, draws=10, tune=5,
+                                         out=lines.append)
+    assert set(settings) == {"RMHMC"} and set(settings["RMHMC"]) == {"draws", "tune", "init"}
+    assert (settings["RMHMC"]["draws"], settings["RMHMC"]["tune"]) == (10, 5)
+    # Newton's method with the Fisher metric, RMHMC's metric on a logistic regression
+    np.testing.assert_array_equal(settings["RMHMC"]["init"],
+                                  find_mode(bank, bank.fisher_metric)[0])
+    assert len(lines) == 1 and "Newton with the Fisher metric" in lines[0]
+    assert papers.rmhmc_row_settings(bank, "bank", samplers, start="zero") == {"RMHMC": {}}
+    assert papers.rmhmc_row_settings(bank, "bank", {"HMC": samplers["HMC"]}) == {}
+
+
+def test_load_pde_without_the_papers_data_is_the_synthetic_problem(tmp_path, monkeypatch):
+    monkeypatch.setenv("RNSHMC_SHARED_DATA", str(tmp_path))
+    assert papers.authors_pde_path() is None
+    model, description = papers.load_pde()
+    assert description == "synthetic Q1 30x30" and model.dim == 20
+    assert model.true_theta is not None
+
+
+def test_load_pde_finds_the_authors_problem(shared_data, monkeypatch):
+    monkeypatch.setenv("RNSHMC_SHARED_DATA", str(shared_data))
+    path = papers.authors_pde_path()
+    assert path == shared_data / "rnshmc-original" / "ePDE.mat"
+    model, description = papers.load_pde()
+    assert description == f"the authors' problem ({path})" and model.dim == 20
+
+
+def test_the_pde_demo_runs_the_tables_settings():
+    model = rnshmc.models.EllipticPDE(n=12, rng=0)
+    table = papers.table1_samplers(model, "pde")
+    for quick, n_hidden in ((False, papers.SETTINGS["pde"]["n_hidden"]), (True, 200)):
+        demo = demos.pde_samplers(model, quick)
+        assert list(demo) == ["HMC", "RNS-HMC"]
+        for mine, theirs in ((demo["HMC"], table["HMC"]),
+                             (demo["RNS-HMC"], table["RNS-HMC (rnshmc)"])):
+            assert type(mine) is type(theirs)
+            assert (mine.step_size, mine.n_steps, mine.jitter) == (theirs.step_size,
+                                                                   theirs.n_steps, theirs.jitter)
+        assert demo["RNS-HMC"].n_hidden == n_hidden
+        assert demo["RNS-HMC"].surrogate_options == table["RNS-HMC (rnshmc)"].surrogate_options
+
+
+@pytest.mark.filterwarnings("ignore::rnshmc.diagnostics.SamplingWarning")  # 10 draws
+def test_the_logistic_demo_runs_the_tables_settings(tmp_path, capsys):
+    args = build_parser().parse_args(["demo", "logistic"])
+    s = papers.SETTINGS["simulated"]
+    assert (args.dim, args.n_steps) == (papers.SIMULATED_DATA["dim"], s["n_steps"])
+    # without --quick the step size is the papers' (a small N only to keep the test short)
+    assert main(["demo", "logistic", "--n", "400", "--dim", "5", "--draws", "10", "--tune", "0",
+                 "--out", str(tmp_path), "--no-progress"]) == 0
+    assert f"HMC (eps={s['step_size']}, L={s['n_steps']} jittered)" in capsys.readouterr().out
+
+
+@pytest.mark.filterwarnings("ignore::rnshmc.diagnostics.SamplingWarning")  # 20 draws
+@pytest.mark.parametrize("key", list(papers.L2HMC_TARGETS) + ["mixture"])
+def test_l2hmc_toy_energies_build(key):
+    make = (papers.L2HMC_MIXTURE["model"] if key == "mixture"
+            else papers.L2HMC_TARGETS[key][1])
+    model = make()
+    sampler = papers.l2hmc(model, rng=0)
+    assert sampler.n_steps == papers.L2HMC_SETTINGS["n_steps"]
+    result = sampler.sample(20, tune=0, rng=0, progress=False)
+    assert result.samples.shape == (1, 20, model.dim) and np.all(np.isfinite(result.samples))
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_training_points_count_the_fit_in_use(correlated_gaussian):
+    model, _, _ = correlated_gaussian()
+    res = rnshmc.ARNSHMC(model, n_hidden=15, n_train=60, step_size=0.3, n_steps=8,
+                         **papers.PAPERS_ALGORITHM).sample(300, tune=100, chains=2, rng=0,
+                                                           progress=False)
+    points = papers.training_points(res)
+    assert points.shape == res.online_added.shape == (2, 300)
+    first_fit = res.n_train - res.n_online_points
+    np.testing.assert_array_equal(points[:, 0], first_fit)
+    assert np.all(np.diff(points, axis=1) >= 0) and np.all(points[:, -1] <= res.n_train)
+    assert np.all(points[:, -1] > first_fit)  # the online points were installed
+
+
+def test_no_module_below_papers_imports_it():
+    """rnshmc.papers may import the samplers, models and data sets; nothing below it (or
+    experiments, which it imports) may import it back."""
+    root = Path(rnshmc.__file__).parent
+    above = {"papers.py", "demos.py", "__main__.py"}
+    checked = 0
+    for path in root.rglob("*.py"):
+        if path.name in above and path.parent == root:
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or ""] + [f"{node.module or ''}.{a.name}" for a in node.names]
+            assert not any(name.split(".")[-1] == "papers" or ".papers." in name
+                           for name in names), f"{path.relative_to(root)} imports papers"
+        checked += 1
+    assert checked > 20
