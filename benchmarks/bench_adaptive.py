@@ -99,7 +99,8 @@ def cold_start_section(problem, args):
         for L in args.hmc_lengths:
             runs[f"HMC, Stan warm-up {tune}, L={L}"] = (rnshmc.HMC(model, n_steps=L), tune)
     runs["RNS-HMC, papers' protocol"] = (rnshmc.RNSHMC(
-        model, **settings, **papers.PAPERS_RNS_HMC, n_train=papers.PROTOCOL["n_train"]),
+        model, **papers.rns_options(settings, papers_surrogate=True, papers_algorithm=True,
+                                    surrogate=dict(n_train=papers.PROTOCOL["n_train"]))),
         papers.PROTOCOL["tune"])
     for tune in args.tunes:
         runs[f"RNS-HMC, defaults, tune {tune}"] = (rnshmc.RNSHMC(model), tune)
@@ -133,7 +134,7 @@ def cold_start_section(problem, args):
 
 def points_section(problem, args):
     model, title, settings = load_problem(problem, args.seed)
-    fixed = dict(settings, **papers.PAPERS_ALGORITHM)
+    fixed = papers.rns_options(settings, papers_algorithm=True)
     kwargs = dict(chains=args.chains, rng=args.seed, progress=False, init=np.zeros(model.dim))
     print(f"\nc. {title}: acceptance against training points (papers' step size "
           f"{settings['step_size']} and L = {settings['n_steps']}, s = {settings['n_hidden']}; "
@@ -161,7 +162,7 @@ def points_section(problem, args):
         arns_evals = f"{np.median(evals):11.0f}" if evals else f"{'-':>11s}"
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            rns = rnshmc.RNSHMC(model, n_train=lo, **fixed).sample(
+            rns = rnshmc.RNSHMC(model, **papers.merged(fixed, surrogate=dict(n_train=lo))).sample(
                 draws=args.points_rns_draws, tune=int(np.ceil(lo / 0.8)), **kwargs)
         acc = rns.acceptance_rate
         rns_evals = np.median(rns.n_density_evals - rns.n_density_evals_sampling

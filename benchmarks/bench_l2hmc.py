@@ -64,7 +64,7 @@ def sampling_row(result, extra_gradients=0):
 
 def train_l2hmc(model, args, standardize=None, step_size=papers.L2HMC_SETTINGS["step_size"],
                 **train):
-    l2 = papers.l2hmc(model, step_size=step_size, rng=args.seed, standardize=standardize)
+    l2 = papers.l2hmc(model, step_size=step_size, standardize=standardize).initialize(args.seed)
     l2.train(args.train_iterations, chains=args.train_chains, rng=args.seed + 1,
              progress=False, **train)
     return l2
@@ -109,7 +109,7 @@ def toy_section(args):
         print_row("L2HMC, standardised by a warm-up", rows["L2HMC standardised"],
                   seconds + sum(result.timings.values()),
                   f"eps {l2s.step_size:.3f}, scales {scale.min():.3g}..{scale.max():.3g} {note}")
-        untrained = papers.l2hmc(model, rng=args.seed)
+        untrained = papers.l2hmc(model).initialize(args.seed)
         result, note = quietly(untrained.sample, **kwargs)
         print_row(f"L2HMC (untrained, eps {papers.L2HMC_SETTINGS['step_size']:g})",
                   sampling_row(result), sum(result.timings.values()), note)

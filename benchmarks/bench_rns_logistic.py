@@ -9,7 +9,7 @@ The HMC baseline is the efficient one: the same C kernels, the gradient cached b
      papers' surrogate (raw inputs, values only) and with rnshmc's (whitened, with gradients).
   2. Each at its best: HMC with an adapted step size and diagonal mass matrix at the best L
      of {5, 10, 20, 40, 80, 160}; RNS-HMC with the same adaptation in its exploration (at HMC's best
-     L) and a trajectory of its own choosing (surrogate_n_steps="auto").
+     L) and a trajectory of its own choosing (n_steps="auto").
   3. Kernel figures on the simulated data (N = 100000, d = 50, s = 2000):
      RNS-HMC seconds per iteration over one exact potential evaluation        target <= 1.5
      surrogate gradient over its two BLAS matrix-vector products                target <= 2
@@ -60,8 +60,8 @@ def each_at_its_best(name, model, args):
                                      result), L))
     best_hmc, best_L = max(candidates, key=lambda c: c[0]["min_ess_per_second"])
     settings = papers.SETTINGS[name]
-    rns = rnshmc.RNSHMC(model, n_hidden=settings["n_hidden"], ridge=settings["ridge"],
-                        n_steps=best_L, surrogate_n_steps="auto")
+    rns = rnshmc.RNSHMC(model, n_hidden=settings["n_hidden"],
+                        surrogate=dict(ridge=settings["ridge"]), explore=dict(n_steps=best_L))
     result = rns.sample(args.draws, tune=args.tune, rng=args.seed, init=init, progress=False)
     row = summarize(f"RNS-HMC (auto L={result.surrogate_n_steps[0]})", result)
     rows = [c[0] for c in candidates] + [row]

@@ -29,7 +29,7 @@ def main():
     for tune in args.tunes:
         for training_data in ("states", "trajectories"):
             start = time.perf_counter()
-            res = papers.rns_hmc(model, "pde", training_data=training_data).sample(
+            res = papers.rns_hmc(model, "pde", surrogate=dict(training_data=training_data)).sample(
                 args.draws, tune=tune, chains=2, rng=args.seed, progress=False,
                 init=np.zeros(model.dim))
             print(f"tune {tune:4d}  {training_data:12s}  AP {np.round(res.acceptance_rate, 3)}  "

@@ -88,7 +88,7 @@ def figure7(model, settings, args):
     step = dict(step_size=settings["step_size"], n_steps=settings["n_steps"])
     start = posterior_mode(model)
     # the papers' algorithm (fixed L, no trust watch) with rnshmc's surrogate
-    arns = rnshmc.ARNSHMC(model, **settings, **papers.PAPERS_ALGORITHM)
+    arns = rnshmc.ARNSHMC(model, **papers.rns_options(settings, papers_algorithm=True))
     explore = args.explore or (50 if model.dim <= 20 else 600)
     res, _ = quietly(arns, draws=args.draws, tune=explore, chains=args.chains,
                      rng=args.seed, init=start)
@@ -108,7 +108,8 @@ def figure8(model, settings, args, reference):
     """{method: (seconds, median REM)} of HMC, RNS-HMC (papers') and (A)RNS-HMC (defaults)."""
     runs = {
         "HMC": (rnshmc.HMC(model), args.tune),
-        "RNS-HMC, papers' protocol": (rnshmc.RNSHMC(model, **papers.PAPERS_RNS_HMC, **settings),
+        "RNS-HMC, papers' protocol": (rnshmc.RNSHMC(model, **papers.rns_options(
+            settings, papers_surrogate=True, papers_algorithm=True)),
                                       args.rns_tune),
         "RNS-HMC, defaults": (rnshmc.RNSHMC(model), 200),
         "ARNS-HMC, defaults": (rnshmc.ARNSHMC(model), 200),

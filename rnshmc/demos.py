@@ -108,7 +108,7 @@ def pde(args):
     samplers = pde_samplers(model, args.quick)
     settings = papers.SETTINGS["pde"]
     eps, L, ridge = settings["step_size"], settings["n_steps"], settings["ridge"]
-    n_hidden = samplers["RNS-HMC"].n_hidden
+    n_hidden = samplers["RNS-HMC"].hidden_units(model.dim)
     print(f"Elliptic PDE inverse problem: {problem}")
     print(f"  d={model.dim} KL coefficients, {model.solver.n_nodes} nodes, "
           f"{model.solver.n_elements} elements, {model.observations.size} observations; "

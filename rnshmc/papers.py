@@ -37,10 +37,10 @@ from .samplers import HMC, L2HMC, RMHMC, RNSHMC, RNSRMHMC
 
 __all__ = ["LOGISTIC_PROBLEMS", "PROBLEMS", "SETTINGS", "PROTOCOL", "TABLE1", "TABLE1_METHODS",
            "SIMULATED_DATA", "A9A_COMPONENTS", "PRIOR_VARIANCE", "SYNTHETIC_PDE",
-           "PAPERS_SURROGATE", "PAPERS_ALGORITHM", "PAPERS_RNS_HMC", "L2HMC_TARGETS",
+           "PAPERS_SURROGATE", "PAPERS_ALGORITHM", "L2HMC_TARGETS",
            "L2HMC_MIXTURE", "L2HMC_SETTINGS", "L2HMC_TRAINING", "L2HMC_HMC",
            "shared_data_dir", "authors_pde_path", "load_logistic", "load_pde", "load_model",
-           "hmc_settings", "rns_settings", "settings_summary", "hmc", "rns_hmc",
+           "hmc_settings", "rns_settings", "rns_options", "merged", "settings_summary", "hmc", "rns_hmc",
            "table1_samplers", "rmhmc_start", "rmhmc_row_settings", "l2hmc",
            "training_points"]
 
@@ -105,14 +105,14 @@ PRIOR_VARIANCE = 100.0
 #: elements (:class:`rnshmc.models.EllipticPDE`).
 SYNTHETIC_PDE = dict(n=30, element="Q1")
 
-#: The papers' surrogate as RandomNetworkSurrogate options: raw inputs (no whitening), fitted
-#: to values only.
+#: The papers' surrogate (RNSHMC's ``surrogate=`` settings): raw inputs (no whitening),
+#: fitted to values only.
 PAPERS_SURROGATE = dict(whiten=False, gradient_weight=0.0)
-#: The papers' RNS-HMC algorithm as RNSHMC/ARNSHMC options: trained on the exploration's
-#: states, the HMC trajectory length on the surrogate, no trust watch.
-PAPERS_ALGORITHM = dict(training_data="states", surrogate_n_steps=None, trust_ratio=None)
-#: Both: the papers' RNS-HMC.
-PAPERS_RNS_HMC = dict(PAPERS_SURROGATE, **PAPERS_ALGORITHM)
+#: The papers' RNS-HMC algorithm as RNSHMC/ARNSHMC arguments: trained on the exploration's
+#: states, the exploration's trajectory length on the surrogate, no trust watch.
+PAPERS_ALGORITHM = dict(n_steps=None, trust=False, surrogate=dict(training_data="states"))
+# the grouped settings of the surrogate samplers (merged, not replaced, by options)
+_GROUPS = ("surrogate", "explore", "trust")
 
 # the model's method of each RMHMC metric, and the name of the mode search it makes
 _METRICS = {"fisher": ("fisher_metric", "Newton with the Fisher metric"),
@@ -132,7 +132,7 @@ L2HMC_TARGETS = {
 L2HMC_MIXTURE = dict(title="mixture of two Gaussians", model=models.GaussianMixture,
                      temperature=10.0)
 #: The sampler: T = 10 leapfrog steps, networks of 10 hidden units, initial step size 0.1.
-L2HMC_SETTINGS = dict(n_steps=10, hidden=10, step_size=0.1)
+L2HMC_SETTINGS = dict(n_steps=10, n_hidden=10, step_size=0.1)
 #: The reference training: chains and iterations (Adam and the loss at L2HMC's defaults).
 L2HMC_TRAINING = dict(chains=200, iterations=5000)
 #: The paper's HMC baseline: 10 leapfrog steps, no jitter, identity mass, these step sizes.
@@ -252,9 +252,52 @@ def hmc_settings(problem):
 
 
 def rns_settings(problem):
-    """RNS-HMC's settings of a problem: ``step_size``, ``n_steps``, ``n_hidden``, ``ridge``."""
+    """RNS-HMC's settings of a problem: ``step_size``, ``n_steps``, ``n_hidden``, ``ridge``
+    (to build a sampler from them: :func:`rns_options`)."""
     s = _settings(problem)
     return dict(hmc_settings(problem), n_hidden=s["n_hidden"], ridge=s["ridge"])
+
+
+def merged(arguments, **options):
+    """``arguments`` updated with ``options``, the grouped settings (``surrogate=``,
+    ``explore=``, ``trust=``) merged key by key rather than replaced."""
+    out = dict(arguments)
+    for key, value in options.items():
+        if key in _GROUPS and isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = dict(out[key], **value)
+        else:
+            out[key] = value
+    return out
+
+
+def rns_options(problem, papers_surrogate=False, papers_algorithm=False, **options):
+    """:class:`rnshmc.RNSHMC` (or :class:`rnshmc.ARNSHMC`) arguments with a problem's
+    settings: the exploration and the sampling at its step size, the exploration at its
+    leapfrog steps (the sampling's chosen by rnshmc unless ``papers_algorithm``), its hidden
+    units and ridge.
+
+    Parameters
+    ----------
+    problem : {"simulated", "bank", "a9a", "pde"} or dict
+        A problem, or settings as :func:`rns_settings` gives them.
+    papers_surrogate, papers_algorithm : bool
+        The papers' surrogate (:data:`PAPERS_SURROGATE`) and algorithm
+        (:data:`PAPERS_ALGORITHM`) instead of rnshmc's.
+    **options
+        More arguments, or ones that override these (grouped settings are merged).
+
+    Returns
+    -------
+    dict
+    """
+    s = rns_settings(problem) if isinstance(problem, str) else problem
+    arguments = dict(n_hidden=s["n_hidden"], step_size=s["step_size"],
+                     explore=dict(n_steps=s["n_steps"]), surrogate=dict(ridge=s["ridge"]))
+    if papers_surrogate:
+        arguments = merged(arguments, surrogate=PAPERS_SURROGATE)
+    if papers_algorithm:
+        arguments = merged(arguments, **PAPERS_ALGORITHM)
+    return merged(arguments, **options)
 
 
 def settings_summary(problem):
@@ -303,7 +346,8 @@ def rns_hmc(model, problem, variant="rnshmc", **options):
     variant : {"rnshmc", "papers"}
         rnshmc's surrogate and algorithm (whitened inputs, values and gradients fitted,
         training on the exploration's trajectories, the trajectory length chosen on the
-        surrogate, the trust watch), or the papers' (:data:`PAPERS_RNS_HMC`).
+        surrogate, the trust watch), or the papers' (:data:`PAPERS_SURROGATE` and
+        :data:`PAPERS_ALGORITHM`).
     **options
         More arguments of :class:`rnshmc.RNSHMC`, or ones that override the above.
 
@@ -313,8 +357,9 @@ def rns_hmc(model, problem, variant="rnshmc", **options):
     """
     if variant not in ("rnshmc", "papers"):
         raise ValueError(f"variant must be 'rnshmc' or 'papers', got {variant!r}")
-    papers = PAPERS_RNS_HMC if variant == "papers" else {}
-    return RNSHMC(model, **{**rns_settings(problem), **papers, **options})
+    papers = variant == "papers"
+    return RNSHMC(model, **rns_options(problem, papers_surrogate=papers,
+                                       papers_algorithm=papers, **options))
 
 
 def table1_samplers(model, problem, methods=("hmc", "rns-hmc"), delayed=False,
@@ -360,13 +405,15 @@ def table1_samplers(model, problem, methods=("hmc", "rns-hmc"), delayed=False,
             samplers["RNS-HMC (rnshmc, DA)"] = rns_hmc(model, problem, delayed_acceptance=True)
         if fixed_length:
             samplers[f"RNS-HMC (rnshmc, L={s['n_steps']})"] = rns_hmc(model, problem,
-                                                                     surrogate_n_steps=None)
+                                                                     n_steps=None)
     if "rns-rmhmc" in methods:
-        common = dict(metric=s["surrogate_metric"], n_hidden=s["n_hidden"], ridge=s["ridge"],
-                      explore_step_size=s["step_size"], explore_n_steps=s["n_steps"],
-                      explore_jitter=True, softabs=softabs, **rm)
-        samplers["RNS-RMHMC (papers)"] = RNSRMHMC(model, **PAPERS_SURROGATE, **common)
-        samplers["RNS-RMHMC (rnshmc)"] = RNSRMHMC(model, **common)
+        common = dict(metric=s["surrogate_metric"], n_hidden=s["n_hidden"],
+                      explore=dict(step_size=s["step_size"], n_steps=s["n_steps"], jitter=True),
+                      softabs=softabs, **rm)
+        samplers["RNS-RMHMC (papers)"] = RNSRMHMC(
+            model, surrogate=dict(ridge=s["ridge"], **PAPERS_SURROGATE), **common)
+        samplers["RNS-RMHMC (rnshmc)"] = RNSRMHMC(model, surrogate=dict(ridge=s["ridge"]),
+                                                  **common)
     return samplers
 
 
@@ -447,7 +494,7 @@ def l2hmc(model, **options):
     model
         The target.
     **options
-        More arguments of :class:`rnshmc.L2HMC` (e.g. ``rng``, ``standardize``), or ones that
+        More arguments of :class:`rnshmc.L2HMC` (e.g. ``standardize``), or ones that
         override the settings.
 
     Returns

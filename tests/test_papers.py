@@ -40,28 +40,31 @@ def test_every_problem_builds_its_model_and_table_rows(problem):
                                       delayed=True, fixed_length=True)
     fixed = f"RNS-HMC (rnshmc, L={s['n_steps']})"
     assert list(samplers) == ROWS[:5] + [fixed] + ROWS[5:]  # the table's order
-    hmc, rmhmc = samplers["HMC"], samplers["RMHMC"]
+    hmc, rmhmc = samplers["HMC"].leapfrog, samplers["RMHMC"].leapfrog
     assert (hmc.step_size, hmc.n_steps, hmc.jitter) == (s["step_size"], s["n_steps"], True)
     assert (rmhmc.step_size, rmhmc.n_steps, rmhmc.jitter) == (s["rm_step_size"],
                                                               s["rm_n_steps"], False)
     for name in ROWS[2:5] + [fixed]:
-        rns = samplers[name]
-        assert (rns.step_size, rns.n_steps, rns.n_hidden, rns.surrogate_options["ridge"]) == (
-            s["step_size"], s["n_steps"], s["n_hidden"], s["ridge"]), name
+        rns = samplers[name]  # explores and samples at the step size; explores at the L
+        assert (rns.leapfrog.step_size, rns.sampling_step_size, rns.leapfrog.n_steps,
+                rns.hidden_units(model.dim), rns.surrogate_settings.options["ridge"]) == (
+            s["step_size"], s["step_size"], s["n_steps"], s["n_hidden"], s["ridge"]), name
     papers_row = samplers["RNS-HMC (papers)"]
-    assert not papers_row.surrogate_options["whiten"] and papers_row.gradient_weight == 0.0
-    assert papers_row.training_data == "states" and papers_row.trust_ratio is None
-    assert papers_row.surrogate_n_steps == s["n_steps"] == samplers[fixed].surrogate_n_steps
-    assert samplers["RNS-HMC (rnshmc)"].surrogate_n_steps == "auto"
+    assert not papers_row.surrogate_settings.options["whiten"]
+    assert papers_row.surrogate_settings.gradient_weight == 0.0
+    assert papers_row.exploration.training_data == "states" and papers_row.trust is None
+    assert papers_row.kernel.n_steps == s["n_steps"] == samplers[fixed].kernel.n_steps
+    assert samplers["RNS-HMC (rnshmc)"].kernel.n_steps == "auto"
     assert samplers["RNS-HMC (rnshmc, DA)"].delayed_acceptance
     for name in ROWS[5:]:
         rns_rm = samplers[name]  # explores with the HMC settings
-        assert (rns_rm.step_size, rns_rm.n_steps, rns_rm.jitter, rns_rm.rm_step_size,
-                rns_rm.rm_n_steps, rns_rm.rm_jitter, rns_rm.n_hidden,
-                rns_rm.surrogate_options["ridge"], rns_rm.metric) == (
+        explore, sampling = rns_rm.leapfrog, rns_rm.sampling_leapfrog
+        assert (explore.step_size, explore.n_steps, explore.jitter, sampling.step_size,
+                sampling.n_steps, sampling.jitter, rns_rm.fit.settings.hidden_units(model.dim),
+                rns_rm.fit.settings.options["ridge"], rns_rm.metric) == (
             s["step_size"], s["n_steps"], True, s["rm_step_size"], s["rm_n_steps"], False,
             s["n_hidden"], s["ridge"], s["surrogate_metric"]), name
-    assert not samplers["RNS-RMHMC (papers)"].surrogate_options["whiten"]
+    assert not samplers["RNS-RMHMC (papers)"].fit.settings.options["whiten"]
     # the default rows are HMC and RNS-HMC
     assert list(papers.table1_samplers(model, problem)) == ROWS[:1] + ROWS[2:4]
 
@@ -123,10 +126,10 @@ def test_the_pde_demo_runs_the_tables_settings():
         for mine, theirs in ((demo["HMC"], table["HMC"]),
                              (demo["RNS-HMC"], table["RNS-HMC (rnshmc)"])):
             assert type(mine) is type(theirs)
-            assert (mine.step_size, mine.n_steps, mine.jitter) == (theirs.step_size,
-                                                                   theirs.n_steps, theirs.jitter)
-        assert demo["RNS-HMC"].n_hidden == n_hidden
-        assert demo["RNS-HMC"].surrogate_options == table["RNS-HMC (rnshmc)"].surrogate_options
+            settings = [{k: v for k, v in sampler.checkpoint_arguments().items()
+                         if k != "n_hidden"} for sampler in (mine, theirs)]
+            assert settings[0] == settings[1]
+        assert demo["RNS-HMC"].hidden_units(model.dim) == n_hidden
 
 
 @pytest.mark.filterwarnings("ignore::rnshmc.diagnostics.SamplingWarning")  # 10 draws
@@ -156,9 +159,10 @@ def test_l2hmc_toy_energies_build(key):
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_training_points_count_the_fit_in_use(correlated_gaussian):
     model, _, _ = correlated_gaussian()
-    res = rnshmc.ARNSHMC(model, n_hidden=15, n_train=60, step_size=0.3, n_steps=8,
-                         **papers.PAPERS_ALGORITHM).sample(300, tune=100, chains=2, rng=0,
-                                                           progress=False)
+    options = papers.merged(papers.PAPERS_ALGORITHM, explore=dict(n_steps=8),
+                            surrogate=dict(n_train=60))
+    res = rnshmc.ARNSHMC(model, n_hidden=15, step_size=0.3, **options).sample(
+        300, tune=100, chains=2, rng=0, progress=False)
     points = papers.training_points(res)
     assert points.shape == res.online_added.shape == (2, 300)
     first_fit = res.n_train - res.n_online_points

@@ -136,7 +136,7 @@ class L2HMC(Sampler):
         self.parameters = self.masks = None  # drawn by the first train(), or loaded
         self._initial_step_size = check_real(step_size, "step_size", lower=0.0)
         if "train" in moved:  # the initial weights from the constructor's rng (earlier API)
-            self._initialize(np.random.default_rng(moved["train"]["rng"]))
+            self.initialize(moved["train"]["rng"])
         self.max_energy_error = check_real(max_energy_error, "max_energy_error", lower=0.0)
         # a burn-in of ``tune`` iterations (nothing adapted), then ``draws``
         self.phases = {"warmup": LearnedPhase("warmup", self),
@@ -168,16 +168,29 @@ class L2HMC(Sampler):
     def dim(self):
         return target_dim(self.target)
 
-    def _initialize(self, generator):
-        """Draw the initial weights and masks from ``generator``."""
+    def initialize(self, rng=None):
+        """Draw the initial weights and masks (the first :meth:`train` does it itself, from a
+        child of its stream); the networks' heads start near zero, so the untrained sampler is
+        HMC with a random time direction.
+
+        Parameters
+        ----------
+        rng : None, int, SeedSequence or Generator
+
+        Returns
+        -------
+        self
+        """
+        generator = np.random.default_rng(rng)
         self.parameters = _initial_parameters(self.dim, self.n_hidden, generator)
         self.masks = _draw_masks(generator, self.n_steps, self.dim)
         self.parameters[0] = np.log(self._initial_step_size)
+        return self
 
     def _check_weights(self):
         if self.parameters is None:
             raise ValueError("this L2HMC has no weights yet: train() it (its rng draws the "
-                             "initial weights) or load() saved ones")
+                             "initial weights), initialize(rng) it, or load() saved ones")
 
     def weights(self):
         """The parameters by name: {"log_eps": float, "V.Wa": ndarray, ...} (views)."""
@@ -261,7 +274,7 @@ class L2HMC(Sampler):
         transformed = self._transformed(ctarget)
         generator = np.random.default_rng(rng)
         if self.parameters is None:  # (a child stream: training's own draws are unchanged)
-            self._initialize(generator.spawn(1)[0])
+            self.initialize(generator.spawn(1)[0])
         mean, sd = self._initial_distribution(burnin_mean, burnin_sd)
         if init is None:
             x = mean + sd * generator.standard_normal((chains, self.dim))
@@ -394,7 +407,7 @@ class L2HMC(Sampler):
             unit = np.ones(state.dim) if options["standardize"] is None else options["standardize"][1]
             options["step_size"] = float(state.kernel["step_size"] * np.min(scales / unit))
         sampler = cls(target, surrogate=surrogate, **options)
-        sampler._initialize(np.random.default_rng(weights_seed))
+        sampler.initialize(weights_seed)
         sampler.exploration = dict(
             n_density_evals=int(state.evals["exploration"][0] + state.evals["training"][0]),
             n_gradient_evals=int(state.evals["exploration"][1]), seconds=seconds,
