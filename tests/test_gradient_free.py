@@ -123,7 +123,7 @@ def test_refuses_bad_arguments():
         rnshmc.GradientFreeRNSHMC(target, hidden=10)
     with pytest.raises(ValueError, match="n_hidden"):
         rnshmc.GradientFreeRNSHMC(target, n_hidden=0)
-    with pytest.raises(ValueError, match="tune"):
+    with pytest.raises(TypeError, match="tune"):
         rnshmc.GradientFreeRNSHMC(target).sample(10, tune="long")
     with pytest.raises(ValueError, match="tune"):
         rnshmc.GradientFreeRNSHMC(target).sample(10, tune=1)

@@ -45,8 +45,9 @@ class Sampler:
     name = "sampler"
     # whether the target must have a gradient (a gradient-free sampler says False)
     NEEDS_GRADIENT = True
-    # sample()'s default tune
+    # sample()'s default tune, and the words tune may be besides an integer
     DEFAULT_TUNE = 1000
+    TUNE_WORDS = ()
     # arguments a sampler saves in another form (its checkpoint_arguments adds them)
     NOT_CHECKPOINTED = ()
 
@@ -199,7 +200,7 @@ class Sampler:
         """
         draws = check_integer(draws, "draws", minimum=1)
         tune = self.DEFAULT_TUNE if tune is None else tune
-        if not isinstance(tune, str):  # (a sampler's plan reads a string such as "auto")
+        if not (isinstance(tune, str) and tune in self.TUNE_WORDS):  # (the plan reads those)
             tune = check_integer(tune, "tune", minimum=0)
         generators = chain_generators(rng, chains)
         chains = len(generators)

@@ -194,6 +194,7 @@ class GradientFreeRNSHMC(Sampler):
     name = "GF-RNS-HMC"
     NEEDS_GRADIENT = False
     DEFAULT_TUNE = "auto"
+    TUNE_WORDS = ("auto",)
 
     def __init__(self, target, *, n_hidden="auto", surrogate=None, step_size=None,
                  n_steps="auto", jitter=True, delayed_acceptance=False, explore=None,
@@ -239,9 +240,7 @@ class GradientFreeRNSHMC(Sampler):
                                                      keep_gradients=False)}
 
     def plan(self, draws, tune, chains, dim):
-        if isinstance(tune, str):
-            if tune != "auto":
-                raise ValueError(f"tune must be an integer or 'auto', got {tune!r}")
+        if tune == "auto":
             tune = self.exploration_length(dim, chains if self.share_surrogate else 1)
         n_explore = tune if self.n_explore is None else self.n_explore
         n_explore = check_integer(n_explore, "tune (exploration iterations)", minimum=2)

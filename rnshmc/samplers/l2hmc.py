@@ -1,5 +1,5 @@
 """L2HMC: a learned, non-volume-preserving generalized leapfrog (Levy, Hoffman and
-Sohl-Dickstein 2018; algorithms.md sec. 7), trained in C by a hand-written reverse pass."""
+Sohl-Dickstein 2018; docs/algorithms.md section 7), trained in C by a hand-written reverse pass."""
 import dataclasses
 import time
 import warnings
