@@ -882,6 +882,8 @@ class OnlineState(PartState):
     install_at: Optional[int] = None  # the next install (after this sampling iteration)
     install_drawn: bool = False       # whether install_at is the current draw
     pending_from: int = 0             # shared: the first iteration not yet added
+    # weights were installed since the chain cached its dynamics potential and gradient
+    refresh: bool = False
 
     def to_tree(self):
         tree = super().to_tree()
@@ -1015,6 +1017,7 @@ class OnlineInstalls:
             online.estimator.install()
             installed[online.install_at - 1] = True
             online.install_drawn = False
+            online.refresh = True
 
     def online_points(self, state, block):
         """Which sampling iterations in ``block`` add their point to the estimator."""
@@ -1063,6 +1066,23 @@ class OnlineInstalls:
             online.estimator = estimator
             online.pending_from = state.iteration
             online.install_drawn = False
+            online.refresh = True
+
+    def refresh(self, run, chain, mode):
+        """After an install: the chain's cached potential and gradient of the dynamics are
+        the new weights' (the surrogate's own evaluation, no exact one). Without this, the
+        first trajectory after an install starts from the old surrogate's gradient and its
+        energy: not a reversible map of the new surrogate, so its test would not be exact."""
+        online = run.state.parts["online"]
+        if not online.refresh:
+            return
+        if mode == "surrogate":  # (an exact stretch's chain has no surrogate cached)
+            kernel = chain.get_state()
+            potential, gradient = online.estimator.potential_and_gradient(kernel["position"])
+            chain.set_state(dict(kernel, potential_dynamics=potential, gradient=gradient,
+                                 n_gradient_evals=kernel["n_gradient_evals"] + 1))
+            run.keep_current("sampling", chain)
+        online.refresh = False
 
     def end(self, state):
         online = state.parts["online"]
@@ -1135,6 +1155,8 @@ class SurrogateSampling(Phase):
         dynamics = state.parts["dynamics"]
         ran = 0
         while ran < budget and state.iteration < n_iter:
+            if self.online is not None:  # (weights installed at a join, while it waited)
+                self.online.refresh(run, chain, dynamics.mode)
             first = state.iteration
             stop = min(self.segment_stop(state, n_iter), n_iter)
             n = run.run_chunks(self, chain, min(budget - ran, stop - first))
@@ -1144,6 +1166,7 @@ class SurrogateSampling(Phase):
             exact[first:first + n] = dynamics.mode == "exact"
             if self.online is not None:
                 self.online.segment_done(state, first, n)
+                self.online.refresh(run, chain, dynamics.mode)
             if state.iteration == stop < n_iter and self.review_trust(run, chain):
                 break  # the dynamics changed: the runner builds the new chain
             if self.waiting(state) or run.past_deadline():
