@@ -30,7 +30,8 @@ def mean_within_mcse(samples, true_mean, n_sigma=4.5):
     the tolerance: a test asserts |z| < n_sigma (or, in a power check, that it fails).
 
     ``samples``: (chains, draws, dim). The ESS pools the chains (rnshmc.diagnostics.ess,
-    Geyer's initial monotone sequence, itself tested in test_diagnostics.py).
+    Geyer's initial monotone sequence, docs/algorithms.md section 2, itself tested in
+    test_diagnostics.py).
     """
     samples = np.asarray(samples)
     flat = samples.reshape(-1, samples.shape[-1])

@@ -27,8 +27,9 @@ SLOW_SEEDS = [pytest.param(seed, marks=pytest.mark.slow) for seed in range(3, 11
 
 
 class ReferenceDualAveraging:
-    """Algorithm 5 of Hoffman & Gelman (2014), written with the H-bar recursion and Stan's
-    constants: the reference the C loop's dual averaging is compared against."""
+    """Dual averaging of the step size as docs/algorithms.md states it (section 1, warm-up),
+    written with the H-bar recursion and Stan's constants: the reference the C loop's dual
+    averaging is compared against."""
 
     def __init__(self, eps0, delta, gamma=0.05, t0=10.0, kappa=0.75):
         self.delta, self.gamma, self.t0, self.kappa = delta, gamma, t0, kappa

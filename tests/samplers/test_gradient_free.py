@@ -1,4 +1,4 @@
-"""Gradient-free sampling (issue 12): the adaptive random-walk Metropolis kernel, and
+"""Gradient-free sampling: the adaptive random-walk Metropolis kernel, and
 GradientFreeRNSHMC (adaptive-Metropolis exploration, a values-only surrogate fit, surrogate HMC
 with the exact test) - exact on Gaussians, never a gradient, counts by formula, bit-identical
 continuation, Ctrl-C."""

@@ -1,4 +1,4 @@
-"""L2HMC's augmented leapfrog (issue 11): zero heads are the leapfrog, the backward operator is
+"""L2HMC's augmented leapfrog: zero heads are the leapfrog, the backward operator is
 the exact inverse, the log-Jacobian is log |det| of the map, and a chain with any fixed weights
 is exact because its acceptance test includes that log-Jacobian."""
 import numpy as np

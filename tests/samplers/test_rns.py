@@ -201,8 +201,9 @@ def test_refits_and_fallback_keep_the_chain_exact(seed):
 @pytest.mark.parametrize("name, seed", [("RNSHMC", 4), pytest.param("RNSHMC", 5, marks=pytest.mark.slow),
                                         pytest.param("ARNSHMC", 3, marks=pytest.mark.slow)])
 def test_on_a_funnel_the_watch_keeps_up_with_exact_hmc(name, seed):
-    """The issue's hierarchical case: a surrogate of 500 units fits the funnel poorly (alone,
-    acceptance 0.5-0.6 against exploration's 0.8-0.9, and chains that stick in its neck).
+    """A hierarchical posterior that a surrogate fits poorly: one of 500 units fits the funnel
+    poorly (alone, acceptance 0.5-0.6 against exploration's 0.8-0.9, and chains that stick in
+    its neck).
     Watched, min ESS per exact evaluation (from the first iteration) is at least half exact
     HMC's, and R-hat of 4 chains at most 1.01. (Measured with the defaults, training on
     whole trajectories, 4 x 3000 draws: RNS-HMC seeds 1-5 gave 1.12, 0.54, 0.96, 1.59 and

@@ -1,4 +1,4 @@
-"""One surrogate shared by all chains (issue 12): RNSHMC(share_surrogate=True) fits once to
+"""One surrogate shared by all chains: RNSHMC(share_surrogate=True) fits once to
 the pooled explorations and every chain samples on that fit; ARNS-HMC feeds one online
 estimator from all chains and installs its weights in all of them at once. The chains stay
 exact (checked on Gaussians within Monte Carlo error, with surrogates poor enough that a
