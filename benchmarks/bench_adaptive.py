@@ -30,7 +30,7 @@
      their weights were fitted to; against RNS-HMC fitted once to N exploration states
      (values and gradients, ``n_train`` = N of N / 0.8 exploration iterations), acceptance of
      its sampling draws. RNS-HMC is fitted to the same number of points, not ARNS-HMC's own
-     ones: the online weights equal the batch fit on the same points (tests/test_online.py,
+     ones: the online weights equal the batch fit on the same points (tests/kernels/test_online.py,
      1e-8), so a refit of those would only measure the install lag. With each, the exact
      evaluations spent to have the N points (ARNS-HMC: exploration plus one density per
      sampling iteration until the weights in use have N points; RNS-HMC: its exploration).

@@ -27,8 +27,8 @@ def direct_autocorrelation(x):
 
 
 def reference_ess(x, cap=True):
-    """Geyer initial monotone sequence ESS of a 1-d chain, written with
-    plain loops (no FFT, no vectorisation)."""
+    """Geyer initial monotone sequence ESS of a 1-d chain (docs/algorithms.md, section 2),
+    written with plain loops (no FFT, no vectorisation)."""
     n = len(x)
     rho = direct_autocorrelation(x)
     total, prev = 0.0, np.inf

@@ -1,4 +1,4 @@
-"""Checkpoints (issue 12): a run killed with SIGKILL (in sampling, and in RNS-HMC's
+"""Checkpoints: a run killed with SIGKILL (in sampling, and in RNS-HMC's
 exploration) resumes from its checkpoint to the draws of the uninterrupted run; a Ctrl-C
 writes one too; corrupted and mismatched checkpoints give a clear error and overwrite
 nothing."""

@@ -1,4 +1,4 @@
-"""Chains at scale (issue 12): chains run in parallel by default (threads for C-level
+"""Chains at scale: chains run in parallel by default (threads for C-level
 targets, spawned processes for Python callables from a module, serially otherwise) with BLAS
 threads limited per worker; Dask runs them on a LocalCluster bound to loopback; the same rng
 gives the same draws whatever runs the chains."""

@@ -1,5 +1,5 @@
-"""The online least-squares output weights (Greville / recursive least squares) against batch
-solutions on the same rows."""
+"""The online least-squares output weights (Greville / recursive least squares,
+docs/algorithms.md section 6) against batch solutions on the same rows."""
 import numpy as np
 import pytest
 

@@ -1,4 +1,4 @@
-"""One surrogate shared by all chains (issue 12): RNSHMC(share_surrogate=True) fits once to
+"""One surrogate shared by all chains: RNSHMC(share_surrogate=True) fits once to
 the pooled explorations and every chain samples on that fit; ARNS-HMC feeds one online
 estimator from all chains and installs its weights in all of them at once. The chains stay
 exact (checked on Gaussians within Monte Carlo error, with surrogates poor enough that a
@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 
 import rnshmc
+
+from testkit import check_covariance, check_mean, correlated_gaussian
 
 MEAN = np.array([1.0, -1.0, 0.5])
 COVARIANCE = np.array([[1.0, 0.5, 0.0], [0.5, 2.0, 0.3], [0.0, 0.3, 0.5]])
@@ -75,7 +77,7 @@ POOR = dict(n_hidden=15, n_train=60, training_data="states", gradient_weight=0.0
 
 
 @pytest.mark.parametrize("seed", [0, 1])
-def test_arns_shared_estimator_learns(correlated_gaussian, seed):
+def test_arns_shared_estimator_learns(seed):
     """From a poor shared surrogate, the pooled online points raise the acceptance over the
     same shared start left fixed (RNS-HMC)."""
     model, _, _ = correlated_gaussian()
@@ -88,8 +90,7 @@ def test_arns_shared_estimator_learns(correlated_gaussian, seed):
 
 @pytest.mark.parametrize("sampler", ["RNSHMC", "ARNSHMC"])
 @pytest.mark.parametrize("seed", [0, 1])
-def test_shared_surrogate_chains_are_exact(correlated_gaussian, sampler, seed, check_mean,
-                                           check_covariance):
+def test_shared_surrogate_chains_are_exact(sampler, seed):
     """On a poor shared surrogate (acceptance well under 1) the moments still match within
     Monte Carlo error."""
     model, mean, covariance = correlated_gaussian()

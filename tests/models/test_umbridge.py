@@ -23,6 +23,8 @@ from rnshmc.models import UMBridgeModel  # noqa: E402
 from rnshmc.models.umbridge import UMBridgeError  # noqa: E402
 from rnshmc.serve import load_surrogate, serve_models, serve_surrogate  # noqa: E402
 
+from testkit import check_covariance, check_mean  # noqa: E402
+
 MEAN = np.array([1.0, -0.5])
 COVARIANCE = np.array([[1.0, 0.6], [0.6, 2.0]])
 PRECISION = np.linalg.inv(COVARIANCE)
@@ -243,7 +245,7 @@ def test_the_model_pickles_and_reconnects(server):
     assert copy.log_density(POINTS[2]) == model.log_density(POINTS[2])
 
 
-def test_hmc_on_an_umbridge_gaussian(server, check_mean, check_covariance):
+def test_hmc_on_an_umbridge_gaussian(server):
     model = UMBridgeModel(server.url, "posterior")
     result = rnshmc.HMC(model, step_size=0.9, n_steps=3).sample(
         draws=300, tune=20, rng=3, init=MEAN, progress=False)

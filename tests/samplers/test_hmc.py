@@ -22,6 +22,10 @@ import rnshmc
 from rnshmc import HMC, Target
 from rnshmc.models import LogisticRegression
 
+from testkit import (check_covariance, check_mean, dense_inverse_mass, gaussian_problem,
+                     gaussian_target, harmonic_target, hmc_sample, log_gamma_statistics,
+                     log_gamma_target, mean_within_mcse)
+
 SEEDS = [0, 1, 2]
 # more seeds for the statistical tests, in the slow suite (pytest -m slow)
 SLOW_SEEDS = [pytest.param(seed, marks=pytest.mark.slow) for seed in range(3, 11)]
@@ -53,7 +57,7 @@ def assert_same_result(a, b):
 
 
 @pytest.fixture
-def correlated_target(gaussian_problem, gaussian_target):
+def correlated_target():
     mean, cov, P = gaussian_problem(0, dim=4)
     return gaussian_target(mean, P)
 
@@ -62,7 +66,7 @@ def correlated_target(gaussian_problem, gaussian_target):
 # statistical tests: correlated Gaussian
 
 
-def gaussian_sampler_settings(mode, kind, cov, P, dense_inverse_mass):
+def gaussian_sampler_settings(mode, kind, cov, P):
     inv_mass = inverse_mass_matrix(kind, cov)
     mass = None if inv_mass is None else (1.0 / inv_mass if inv_mass.ndim == 1 else P.copy())
     if mode == "adapt":
@@ -75,21 +79,21 @@ def gaussian_sampler_settings(mode, kind, cov, P, dense_inverse_mass):
 @pytest.mark.parametrize("seed", SEEDS + SLOW_SEEDS)
 @pytest.mark.parametrize("mode", ["adapt", "fixed"])
 @pytest.mark.parametrize("kind", MASS_KINDS)
-def test_correlated_gaussian_moments(seed, mode, kind, check_mean, check_covariance,
-                                     gaussian_problem, gaussian_target, dense_inverse_mass,
-                                     sample):
+def test_correlated_gaussian_moments(seed, mode, kind):
     """10-d Gaussian, condition number 30, nonzero mean.
 
     Means: |mean - true| < 4.5 MCSE per coordinate (MCSE = sd / sqrt(ESS)).
     Covariances: every entry (55 of them) within 5 MCSE, the MCSE of an entry being that of
-    the mean of the products (x_i - mu_i)(x_j - mu_j), from their own ESS (see conftest).
+    the mean of the products (x_i - mu_i)(x_j - mu_j), from their own ESS (see
+    testkit.covariance_within_mcse).
     5 rather than 4.5 because 55 entries x 18 configurations are checked (two-sided normal
     tail at 5 sd: 6e-7 per entry) and ESS estimates of products are noisier. A 20%-of-scale
     error in any entry would be ~10 MCSE at these ESS (>= ~1000).
     """
     mean, cov, P = gaussian_problem(seed)
-    settings = gaussian_sampler_settings(mode, kind, cov, P, dense_inverse_mass)
-    res = sample(gaussian_target(mean, P), draws=1500, tune=1000, chains=2, rng=seed, **settings)
+    settings = gaussian_sampler_settings(mode, kind, cov, P)
+    res = hmc_sample(gaussian_target(mean, P), draws=1500, tune=1000, chains=2, rng=seed,
+                     **settings)
     assert res.diverging.sum() == 0
     assert np.all(res.acceptance_rate > 0.5)
     check_mean(res.samples, mean)
@@ -108,17 +112,16 @@ LOG_GAMMA_SHAPE = 2.0
 @pytest.mark.parametrize("seed", SEEDS + [3, 4] + [pytest.param(seed, marks=pytest.mark.slow)
                                                      for seed in range(5, 15)])
 @pytest.mark.parametrize("n_steps,jitter", [(3, False), (10, True)])
-def test_non_gaussian_target_large_step(seed, n_steps, jitter, mcse_z, log_gamma_target,
-                                        log_gamma_statistics, sample):
+def test_non_gaussian_target_large_step(seed, n_steps, jitter):
     """log-Gamma(2) target sampled with a deliberately large step (acceptance ~0.5-0.6):
     mean, variance and two tail probabilities within 4.5 MCSE. Any accept-rule error shows up
     here, because the leapfrog error at this step size is large (see the power check in
     test_transition.py)."""
-    res = sample(log_gamma_target(LOG_GAMMA_SHAPE), draws=10_000, tune=200, chains=2, rng=seed,
-                 step_size=1.05, n_steps=n_steps, jitter=jitter, init=[0.4])
+    res = hmc_sample(log_gamma_target(LOG_GAMMA_SHAPE), draws=10_000, tune=200, chains=2, rng=seed,
+                     step_size=1.05, n_steps=n_steps, jitter=jitter, init=[0.4])
     assert np.all((res.acceptance_rate > 0.4) & (res.acceptance_rate < 0.7))
     functions, truth = log_gamma_statistics(res.samples[..., 0], LOG_GAMMA_SHAPE)
-    z, tol = mcse_z(functions, truth)
+    z, tol = mean_within_mcse(functions, truth)
     assert np.all(np.abs(z) < tol), z
 
 
@@ -128,9 +131,9 @@ def test_non_gaussian_target_large_step(seed, n_steps, jitter, mcse_z, log_gamma
 
 @pytest.mark.parametrize("settings", [dict(), dict(step_size=0.3, jitter=True)],
                          ids=["adapted", "fixed"])
-def test_same_seed_same_draws(settings, correlated_target, sample):
+def test_same_seed_same_draws(settings, correlated_target):
     target = correlated_target
-    runs = [sample(target, draws=200, tune=150, chains=2, rng=rng, **settings)
+    runs = [hmc_sample(target, draws=200, tune=150, chains=2, rng=rng, **settings)
             for rng in (7, 7, np.random.SeedSequence(7), np.random.SeedSequence(7),
                         np.random.default_rng(7), np.random.default_rng(7))]
     for other in runs[1:]:
@@ -139,37 +142,37 @@ def test_same_seed_same_draws(settings, correlated_target, sample):
 
 @pytest.mark.parametrize("numpy_seed,seed", [(np.int64(7), 7), (np.array([7, 8]), [7, 8])],
                          ids=["int64", "int-array"])
-def test_numpy_integer_seeds(numpy_seed, seed, correlated_target, sample):
+def test_numpy_integer_seeds(numpy_seed, seed, correlated_target):
     """A NumPy integer (array) seed gives the draws of the same Python int (list) seed."""
-    a = sample(correlated_target, draws=200, tune=150, chains=2, rng=seed)
-    b = sample(correlated_target, draws=200, tune=150, chains=2, rng=numpy_seed)
+    a = hmc_sample(correlated_target, draws=200, tune=150, chains=2, rng=seed)
+    b = hmc_sample(correlated_target, draws=200, tune=150, chains=2, rng=numpy_seed)
     assert_same_result(a, b)
 
 
-def test_different_seeds_and_chains_differ(correlated_target, sample):
+def test_different_seeds_and_chains_differ(correlated_target):
     target = correlated_target
-    a = sample(target, draws=100, tune=50, chains=3, rng=1, step_size=0.3)
-    b = sample(target, draws=100, tune=50, chains=3, rng=2, step_size=0.3)
+    a = hmc_sample(target, draws=100, tune=50, chains=3, rng=1, step_size=0.3)
+    b = hmc_sample(target, draws=100, tune=50, chains=3, rng=2, step_size=0.3)
     assert not np.array_equal(a.samples, b.samples)
     for i in range(3):
         for j in range(i):
             assert not np.any(np.all(a.samples[i] == a.samples[j], axis=-1))
 
 
-def test_one_generator_used_twice_gives_fresh_streams(correlated_target, sample):
+def test_one_generator_used_twice_gives_fresh_streams(correlated_target):
     target = correlated_target
     rng = np.random.default_rng(3)
-    a = sample(target, draws=50, chains=2, rng=rng, step_size=0.3)
-    b = sample(target, draws=50, chains=2, rng=rng, step_size=0.3)
+    a = hmc_sample(target, draws=50, chains=2, rng=rng, step_size=0.3)
+    b = hmc_sample(target, draws=50, chains=2, rng=rng, step_size=0.3)
     assert not np.array_equal(a.samples, b.samples)
 
 
 @pytest.mark.parametrize("settings", [dict(), dict(step_size=0.3)], ids=["adapted", "fixed"])
-def test_thread_pool_equals_serial(settings, correlated_target, sample):
+def test_thread_pool_equals_serial(settings, correlated_target):
     target = correlated_target
-    serial = sample(target, draws=200, tune=200, chains=3, rng=11, **settings)
+    serial = hmc_sample(target, draws=200, tune=200, chains=3, rng=11, **settings)
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        threaded = sample(target, draws=200, tune=200, chains=3, rng=11, pool=pool, **settings)
+        threaded = hmc_sample(target, draws=200, tune=200, chains=3, rng=11, pool=pool, **settings)
     assert_same_result(serial, threaded)
 
 
@@ -178,22 +181,23 @@ def small_logistic_model(n_threads=1):
     return LogisticRegression(X, y, n_threads=n_threads)
 
 
-def test_thread_pool_equals_serial_c_target(sample):
+def test_thread_pool_equals_serial_c_target():
     """C-level target: one target shared by every chain (it holds no scratch: each chain owns
     its own) and the C loop runs without the GIL, chains truly in parallel."""
     model = small_logistic_model()
-    serial = sample(model, draws=150, tune=100, chains=4, rng=3)
+    serial = hmc_sample(model, draws=150, tune=100, chains=4, rng=3)
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        threaded = sample(model, draws=150, tune=100, chains=4, rng=3, pool=pool)
+        threaded = hmc_sample(model, draws=150, tune=100, chains=4, rng=3, pool=pool)
     assert_same_result(serial, threaded)
 
 
-def test_process_pool_with_picklable_model(sample):
+def test_process_pool_with_picklable_model():
     model = small_logistic_model()
-    serial = sample(model, draws=50, chains=2, rng=4, step_size=0.05, n_steps=5)
+    serial = hmc_sample(model, draws=50, chains=2, rng=4, step_size=0.05, n_steps=5)
     with concurrent.futures.ProcessPoolExecutor(
             2, mp_context=multiprocessing.get_context("spawn")) as pool:
-        parallel = sample(model, draws=50, chains=2, rng=4, step_size=0.05, n_steps=5, pool=pool)
+        parallel = hmc_sample(model, draws=50, chains=2, rng=4, step_size=0.05, n_steps=5,
+                              pool=pool)
     assert_same_result(serial, parallel)
 
 
@@ -231,25 +235,25 @@ def traceback_names(excinfo):
     return [entry.name for entry in excinfo.traceback]
 
 
-def test_exception_at_initial_point_propagates(sample):
+def test_exception_at_initial_point_propagates():
     target = Target(failing_logp_at_start, grad_logp=standard_grad, dim=2)
     with pytest.raises(UserModelError, match="user's model failed") as excinfo:
-        sample(target, step_size=0.1)
+        hmc_sample(target, step_size=0.1)
     assert "failing_logp_at_start" in traceback_names(excinfo)
 
 
 @pytest.mark.parametrize("call", [5, 300])
 @pytest.mark.parametrize("tune", [0, 100])
-def test_exception_inside_the_c_loop_propagates(call, tune, sample):
+def test_exception_inside_the_c_loop_propagates(call, tune):
     failing = FailsLater(call)
     target = Target(None, logp_and_grad=failing.user_logp_and_grad_that_fails_later, dim=2)
     with pytest.raises(UserModelError, match=f"failed on call {call}") as excinfo:
-        sample(target, draws=1000, tune=tune, step_size=None if tune else 0.3)
+        hmc_sample(target, draws=1000, tune=tune, step_size=None if tune else 0.3)
     assert "user_logp_and_grad_that_fails_later" in traceback_names(excinfo)
     assert failing.calls == call  # stopped at once
 
 
-def test_exception_in_grad_logp_propagates_from_thread_pool(sample):
+def test_exception_in_grad_logp_propagates_from_thread_pool():
     calls = {"n": 0}
 
     def user_gradient_that_fails(q):
@@ -261,30 +265,30 @@ def test_exception_in_grad_logp_propagates_from_thread_pool(sample):
     target = Target(lambda q: -0.5 * float(q @ q), grad_logp=user_gradient_that_fails, dim=2)
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         with pytest.raises(UserModelError) as excinfo:
-            sample(target, draws=500, chains=2, step_size=0.3, pool=pool)
+            hmc_sample(target, draws=500, chains=2, step_size=0.3, pool=pool)
     assert "user_gradient_that_fails" in traceback_names(excinfo)
 
 
-def test_non_finite_log_density_at_initial_point(sample):
+def test_non_finite_log_density_at_initial_point():
     for bad in (-np.inf, np.nan, np.inf):
         target = Target(lambda q, bad=bad: bad, grad_logp=standard_grad, dim=2)
         with pytest.raises(ValueError, match="initial point"):
-            sample(target, step_size=0.1, init=[1.0, 2.0])
+            hmc_sample(target, step_size=0.1, init=[1.0, 2.0])
 
 
-def test_non_finite_gradient_at_initial_point(sample):
+def test_non_finite_gradient_at_initial_point():
     target = Target(lambda q: -0.5 * float(q @ q), grad_logp=lambda q: np.array([np.nan, 1.0]),
                     dim=2)
     with pytest.raises(ValueError, match="gradient") as excinfo:
-        sample(target, step_size=0.1, init=[1.0, 2.0])
+        hmc_sample(target, step_size=0.1, init=[1.0, 2.0])
     assert "initial point" in str(excinfo.value)
 
 
-def test_gradient_of_wrong_shape(sample):
+def test_gradient_of_wrong_shape():
     for wrong in (np.zeros(3), np.zeros((2, 1)), 0.0):
         target = Target(lambda q: 0.0, grad_logp=lambda q, wrong=wrong: wrong, dim=2)
         with pytest.raises(ValueError, match="shape"):
-            sample(target, step_size=0.1)
+            hmc_sample(target, step_size=0.1)
 
 
 @pytest.mark.parametrize("arguments,error", [
@@ -322,13 +326,13 @@ def test_gradient_of_wrong_shape(sample):
     (dict(rng=np.random.RandomState(0)), TypeError),
     (dict(pool=object()), TypeError),
 ])
-def test_bad_arguments(arguments, error, sample):
+def test_bad_arguments(arguments, error):
     target = Target(lambda q: -0.5 * float(q @ q), grad_logp=standard_grad, dim=2)
     with pytest.raises(error):
-        sample(target, **arguments)
+        hmc_sample(target, **arguments)
 
 
-def test_target_without_gradient(sample):
+def test_target_without_gradient():
     with pytest.raises(ValueError, match="gradient"):
         HMC(Target(lambda q: -0.5 * float(q @ q), dim=2))
 
@@ -339,29 +343,29 @@ def test_target_without_gradient(sample):
             return -0.5 * float(q @ q)
 
     with pytest.raises((TypeError, ValueError), match="gradient"):
-        sample(NoGradient(), step_size=0.1)
+        hmc_sample(NoGradient(), step_size=0.1)
 
 
-def test_not_a_target(sample):
+def test_not_a_target():
     for thing in (42, "model", object(), lambda q: 0.0):
         with pytest.raises(TypeError, match="target"):
-            sample(thing, init=np.zeros(2), step_size=0.1)
+            hmc_sample(thing, init=np.zeros(2), step_size=0.1)
 
 
-def test_not_a_target_without_init_is_a_type_error(sample):
+def test_not_a_target_without_init_is_a_type_error():
     with pytest.raises(TypeError):
-        sample(object(), step_size=0.1)
+        hmc_sample(object(), step_size=0.1)
 
 
-def test_dim_of_target_and_init_must_agree(harmonic_target, sample):
+def test_dim_of_target_and_init_must_agree():
     with pytest.raises(ValueError):
-        sample(harmonic_target(3), init=np.zeros(2))
+        hmc_sample(harmonic_target(3), init=np.zeros(2))
     # no declared dim: inferred from init
     target = Target(lambda q: -0.5 * float(q @ q), grad_logp=standard_grad)
-    res = sample(target, draws=20, chains=2, init=np.zeros((2, 4)), step_size=0.5)
+    res = hmc_sample(target, draws=20, chains=2, init=np.zeros((2, 4)), step_size=0.5)
     assert res.samples.shape == (2, 20, 4)
     with pytest.raises(ValueError, match="dim"):
-        sample(target, draws=20)
+        hmc_sample(target, draws=20)
 
 
 # ============================================================================================
@@ -389,15 +393,14 @@ class BridgeStanLikeGaussian:
 
 
 @pytest.mark.parametrize("dim_as_method", [False, True])
-def test_bridgestan_style_object(dim_as_method, check_mean, gaussian_problem, gaussian_target,
-                                 sample):
+def test_bridgestan_style_object(dim_as_method):
     mean, cov, P = gaussian_problem(1, dim=3)
     model = BridgeStanLikeGaussian(mean, P, dim_as_method)
-    res = sample(model, draws=800, tune=500, chains=2, rng=9)
+    res = hmc_sample(model, draws=800, tune=500, chains=2, rng=9)
     assert res.samples.shape == (2, 800, 3)
     # the same density written as an rnshmc.Target gives the same draws, bit for bit
-    np.testing.assert_array_equal(res.samples, sample(gaussian_target(mean, P), draws=800,
-                                                      tune=500, chains=2, rng=9).samples)
+    np.testing.assert_array_equal(res.samples, hmc_sample(gaussian_target(mean, P), draws=800,
+                                                          tune=500, chains=2, rng=9).samples)
     check_mean(res.samples, mean)
 
 
@@ -406,10 +409,10 @@ def test_bridgestan_style_object(dim_as_method, check_mean, gaussian_problem, ga
 
 
 @pytest.mark.parametrize("chains", [1, 3])
-def test_result_fields(chains, harmonic_target, sample):
+def test_result_fields(chains):
     d, draws, L = 3, 400, 6
     target = harmonic_target(d)
-    res = sample(target, draws=draws, tune=300, chains=chains, rng=2, n_steps=L)
+    res = hmc_sample(target, draws=draws, tune=300, chains=chains, rng=2, n_steps=L)
     assert isinstance(res, rnshmc.SampleResult)
     assert res.sampler == "HMC"
     shapes = dict(samples=(chains, draws, d), log_density=(chains, draws),
@@ -440,16 +443,16 @@ def test_result_fields(chains, harmonic_target, sample):
     np.testing.assert_array_equal(moved, res.accepted[:, 1:])
     assert np.all(res.n_gradient_evals >= res.n_steps.sum(axis=1) + 1)
     # fixed step size and identity mass: no inverse mass matrix to report
-    fixed = sample(target, draws=10, chains=chains, step_size=0.5)
+    fixed = hmc_sample(target, draws=10, chains=chains, step_size=0.5)
     assert fixed.inverse_mass_matrix is None
     np.testing.assert_array_equal(fixed.step_size, np.full(chains, 0.5))
-    dense = sample(target, draws=10, chains=chains, step_size=0.5, mass_matrix=2 * np.eye(d))
+    dense = hmc_sample(target, draws=10, chains=chains, step_size=0.5, mass_matrix=2 * np.eye(d))
     np.testing.assert_allclose(dense.inverse_mass_matrix, np.broadcast_to(np.eye(d) / 2,
                                                                           (chains, d, d)))
 
 
-def test_jitter_is_uniform(harmonic_target, sample):
-    res = sample(harmonic_target(1), draws=20_000, step_size=0.3, n_steps=5, rng=8)
+def test_jitter_is_uniform():
+    res = hmc_sample(harmonic_target(1), draws=20_000, step_size=0.3, n_steps=5, rng=8)
     counts = np.bincount(res.n_steps.ravel(), minlength=6)[1:]
     assert stats.chisquare(counts).pvalue > 1e-4
 
@@ -460,8 +463,8 @@ def test_docstring_example():
     assert res.samples.shape == (1, 500, 2)
 
 
-def test_result_save_load_round_trip(tmp_path, harmonic_target, sample):
-    res = sample(harmonic_target(2), draws=100, tune=100, chains=2, rng=3)
+def test_result_save_load_round_trip(tmp_path):
+    res = hmc_sample(harmonic_target(2), draws=100, tune=100, chains=2, rng=3)
     path = tmp_path / "hmc_result.npz"
     res.save(path)
     loaded = rnshmc.load(path)
@@ -470,7 +473,7 @@ def test_result_save_load_round_trip(tmp_path, harmonic_target, sample):
     assert loaded.timings == res.timings
 
 
-def test_progress_bar_does_not_change_the_draws(capsys, harmonic_target):
+def test_progress_bar_does_not_change_the_draws(capsys):
     target = harmonic_target(2)
     quiet = HMC(target, n_steps=4).sample(250, tune=120, chains=2, rng=6, progress=False)
     shown = HMC(target, n_steps=4).sample(250, tune=120, chains=2, rng=6, progress=True)

@@ -6,12 +6,13 @@ import pytest
 
 from rnshmc._kernels._metrics import EuclideanMetric
 
+from testkit import dense_inverse_mass, gaussian_for_leapfrog, make_chain
+
 MASS_KINDS = ["identity", "diagonal", "dense"]
 
 
 @pytest.mark.parametrize("kind", MASS_KINDS)
-def test_momentum_covariance_is_the_mass_matrix(kind, gaussian_for_leapfrog, dense_inverse_mass,
-                                                make_chain):
+def test_momentum_covariance_is_the_mass_matrix(kind):
     """energy_error_of_one_step draws p ~ N(0, M) and takes one step. From the mode of a
     Gaussian (g0 = 0) the energy error is eps^4/8 p^T M^-1 P M^-1 P M^-1 p, whose mean is
     eps^4/8 tr((M^-1 P)^2) exactly when Cov(p) = M (a momentum drawn with the wrong
@@ -32,7 +33,7 @@ def test_momentum_covariance_is_the_mass_matrix(kind, gaussian_for_leapfrog, den
 
 
 @pytest.mark.parametrize("kind", MASS_KINDS)
-def test_kinetic_energy(kind, gaussian_for_leapfrog, dense_inverse_mass):
+def test_kinetic_energy(kind):
     """kinetic_energy(p) = p^T M^-1 p / 2 with the inverse mass as given; ``inverse_mass``
     returns it (None for the identity) as a copy, and the metric keeps its own copy."""
     _, mean, _, inv_mass = gaussian_for_leapfrog(kind, seed=12, dim=4)

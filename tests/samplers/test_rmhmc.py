@@ -14,6 +14,9 @@ from rnshmc._kernels._riemann import CallableMetric, LinearPredictorMetric
 from rnshmc._kernels._transition import Chain
 from rnshmc.targets import as_ctarget
 
+from testkit import (check_covariance, check_mean, gaussian_problem, gaussian_target,
+                     mean_within_mcse)
+
 FUNNEL_SD = 1.5  # v ~ N(0, 1.5^2), x | v ~ N(0, e^v)
 
 
@@ -182,7 +185,7 @@ def test_newton_and_fixed_point_solve_the_same_equations(case):
         np.testing.assert_allclose(newton, fp, rtol=1e-10, atol=1e-10)
 
 
-def test_newton_takes_fewer_iterations_and_stays_exact(check_mean, check_covariance):
+def test_newton_takes_fewer_iterations_and_stays_exact():
     """Newton converges quadratically: fewer iterations per step than fixed-point iteration at
     the same tolerance, and the chain targets the same posterior."""
     X, y, _ = rnshmc.datasets.simulated_logistic(n=150, dim=2, rng=7)
@@ -253,7 +256,7 @@ def logistic_posterior_moments(model, half_width=4.0, n=161):
 
 
 @pytest.mark.parametrize("seed", [0, 1])
-def test_rmhmc_fisher_is_exact(seed, check_mean, check_covariance):
+def test_rmhmc_fisher_is_exact(seed):
     X, y, _ = rnshmc.datasets.simulated_logistic(n=150, dim=2, rng=7)
     model = rnshmc.models.LogisticRegression(X, y, prior_variance=4.0)
     mean, cov = logistic_posterior_moments(model)
@@ -264,15 +267,15 @@ def test_rmhmc_fisher_is_exact(seed, check_mean, check_covariance):
     check_covariance(res.samples, mean, cov)
 
 
-def funnel_check(res, mcse_z):
+def funnel_check(res):
     functions, truth = funnel_statistics(res.samples)
-    z, tol = mcse_z(functions, truth)
+    z, tol = mean_within_mcse(functions, truth)
     assert np.all(np.abs(z) < tol), f"standardised errors {np.round(z, 2)}"
 
 
 @pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow),
                                   pytest.param(2, marks=pytest.mark.slow)])
-def test_rmhmc_softabs_funnel_is_exact(seed, mcse_z):
+def test_rmhmc_softabs_funnel_is_exact(seed):
     """A funnel whose Hessian is indefinite in its neck and the metric varies by orders of
     magnitude: RMHMC with the SoftAbs Hessian metric keeps the law of x given v and the tail
     probability of v within Monte Carlo error."""
@@ -282,7 +285,7 @@ def test_rmhmc_softabs_funnel_is_exact(seed, mcse_z):
     res = sampler.sample(1200, tune=0, chains=2, rng=seed, init=np.array([[0.5, 0.0], [-0.5, 0.5]]),
                          progress=False)
     assert res.n_implicit_failures.sum() < 0.05 * res.accepted.size
-    funnel_check(res, mcse_z)
+    funnel_check(res)
 
 
 def poor_rns_rmhmc(metric, seed, gaussian):
@@ -293,8 +296,7 @@ def poor_rns_rmhmc(metric, seed, gaussian):
 
 @pytest.mark.parametrize("metric", ["hessian", "diagonal"])
 @pytest.mark.parametrize("seed", [0, 1])
-def test_rns_rmhmc_is_exact_with_a_poor_surrogate(metric, seed, gaussian_problem, gaussian_target,
-                                                  check_mean, check_covariance):
+def test_rns_rmhmc_is_exact_with_a_poor_surrogate(metric, seed):
     """15 units fitted to 60 exploration states of a correlated 4-d Gaussian: a poor surrogate
     potential and metric; the exact test keeps the mean and every covariance entry."""
     mean, cov, precision = gaussian_problem(seed, dim=4, condition=10.0)
@@ -308,7 +310,7 @@ def test_rns_rmhmc_is_exact_with_a_poor_surrogate(metric, seed, gaussian_problem
     assert np.all(res.n_gradient_evals_sampling == 0)
 
 
-def test_rns_rmhmc_logistic_agrees_with_rmhmc(check_mean):
+def test_rns_rmhmc_logistic_agrees_with_rmhmc():
     X, y, _ = rnshmc.datasets.simulated_logistic(n=150, dim=2, rng=7)
     model = rnshmc.models.LogisticRegression(X, y, prior_variance=4.0)
     mean, cov = logistic_posterior_moments(model)

@@ -1,4 +1,4 @@
-"""Health warnings after sampling (issue 12): R-hat, bulk and tail ESS per chain and
+"""Health warnings after sampling: R-hat, bulk and tail ESS per chain and
 divergences, as Stan and PyMC give them; each fires when it should and not on a healthy run.
 And the bulk/tail ESS against ArviZ's."""
 import warnings

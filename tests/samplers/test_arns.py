@@ -6,6 +6,8 @@ from scipy import special, stats
 
 import rnshmc
 
+from testkit import correlated_gaussian, log_gamma_target, mean_within_mcse
+
 # a deliberately poor initial surrogate (as in test_rns.py): 15 units fitted to 60 states
 # trust_ratio=None: the surrogate stays the poor one (no refit, no exact stretches)
 POOR = dict(n_hidden=15, n_train=60, training_data="states", gradient_weight=0.0,
@@ -15,7 +17,7 @@ POOR = dict(n_hidden=15, n_train=60, training_data="states", gradient_weight=0.0
 
 @pytest.mark.filterwarnings("ignore:.*under a third of the exploration")
 @pytest.mark.parametrize("seed", [1, 2])
-def test_exact_on_a_correlated_gaussian(seed, mcse_z, correlated_gaussian):
+def test_exact_on_a_correlated_gaussian(seed):
     model, mean, cov = correlated_gaussian()
     res = rnshmc.ARNSHMC(model, **POOR).sample(10000, tune=400, chains=2, rng=seed,
                                                progress=False)
@@ -27,13 +29,13 @@ def test_exact_on_a_correlated_gaussian(seed, mcse_z, correlated_gaussian):
     functions = np.concatenate([x, centred ** 2, centred[..., :1] * centred[..., 1:2],
                                 (centred[..., :1] > 1.5 * sd[0]) * 1.0], axis=-1)
     truth = np.concatenate([mean, np.diag(cov), [cov[0, 1]], [stats.norm.sf(1.5)]])
-    z, tol = mcse_z(functions, truth)
+    z, tol = mean_within_mcse(functions, truth)
     assert np.all(np.abs(z) < tol), np.round(z, 2)
 
 
 @pytest.mark.filterwarnings("ignore:.*under a third of the exploration")
 @pytest.mark.parametrize("seed", [0, 1])
-def test_exact_on_a_skewed_target(seed, mcse_z, log_gamma_target):
+def test_exact_on_a_skewed_target(seed):
     """Two independent log-Gamma(2) coordinates: means, variances and a tail probability."""
     shape = 2.0
     target = log_gamma_target(shape, dim=2)
@@ -44,12 +46,12 @@ def test_exact_on_a_skewed_target(seed, mcse_z, log_gamma_target):
     x = res.samples
     functions = np.concatenate([x, (x - m) ** 2, (x > 1.0) * 1.0], axis=-1)
     truth = np.repeat([m, special.polygamma(1, shape), stats.gamma(shape).sf(np.e)], 2)
-    z, tol = mcse_z(functions, truth)
+    z, tol = mean_within_mcse(functions, truth)
     assert np.all(np.abs(z) < tol), np.round(z, 2)
 
 
 @pytest.mark.filterwarnings("ignore:.*under a third of the exploration")
-def test_frozen_adaptation_reproduces_rns_hmc(correlated_gaussian):
+def test_frozen_adaptation_reproduces_rns_hmc():
     model, _, _ = correlated_gaussian()
     rns = rnshmc.RNSHMC(model, **POOR).sample(500, tune=300, chains=2, rng=7, progress=False)
     frozen = rnshmc.ARNSHMC(model, freeze_after=0, **POOR).sample(500, tune=300, chains=2,
@@ -59,7 +61,7 @@ def test_frozen_adaptation_reproduces_rns_hmc(correlated_gaussian):
 
 
 @pytest.mark.filterwarnings("ignore:.*under a third of the exploration")
-def test_installs_vanish_and_stop_when_frozen(correlated_gaussian):
+def test_installs_vanish_and_stop_when_frozen():
     model, _, _ = correlated_gaussian()
     res = rnshmc.ARNSHMC(model, **POOR).sample(4000, tune=300, rng=3, progress=False)
     installed = res.installed[0]
@@ -79,7 +81,7 @@ def test_installs_vanish_and_stop_when_frozen(correlated_gaussian):
 
 @pytest.mark.filterwarnings("ignore:.*under a third of the exploration")
 @pytest.mark.parametrize("seed", [0, 1])
-def test_learning_raises_acceptance_over_a_poor_start(seed, correlated_gaussian):
+def test_learning_raises_acceptance_over_a_poor_start(seed):
     # with 15 units the late acceptance rose by 0.14-0.28 over seeds 0-4 (0.42-0.53 -> 0.56-0.77);
     # with 40 units RNS-HMC is already at 0.79-0.90 and the margin (0.02-0.14) is no test
     model, _, _ = correlated_gaussian()
@@ -90,7 +92,7 @@ def test_learning_raises_acceptance_over_a_poor_start(seed, correlated_gaussian)
 
 
 @pytest.mark.filterwarnings("ignore:.*under a third of the exploration")
-def test_online_points_are_the_evaluated_proposals_or_the_accepted_states(correlated_gaussian):
+def test_online_points_are_the_evaluated_proposals_or_the_accepted_states():
     """By default the rejected proposals join the accepted ones (those under the ceiling and
     not diverging); ``online_points="accepted"`` adds the new states only."""
     model, _, _ = correlated_gaussian()
@@ -108,7 +110,7 @@ def test_online_points_are_the_evaluated_proposals_or_the_accepted_states(correl
         rnshmc.ARNSHMC(model, online_points="states")
 
 
-def test_bad_arguments(correlated_gaussian):
+def test_bad_arguments():
     model, _, _ = correlated_gaussian()
     with pytest.raises(ValueError, match="ridge"):
         rnshmc.ARNSHMC(model, ridge=0.0)

@@ -8,6 +8,9 @@ import pytest
 
 import rnshmc
 
+from testkit import (check_covariance, check_mean, correlated_gaussian, funnel_target,
+                     log_gamma_target, mean_within_mcse)
+
 
 
 # a deliberately poor surrogate: 15 units fitted to 60 states (acceptance 0.5-0.7 instead of
@@ -20,7 +23,7 @@ POOR = dict(n_hidden=15, n_train=60, training_data="states", gradient_weight=0.0
 @pytest.mark.filterwarnings("ignore:.*under a third of the exploration")
 @pytest.mark.parametrize("delayed", [False, True])
 @pytest.mark.parametrize("seed", [1, 2])
-def test_exact_with_a_poor_surrogate(delayed, seed, check_mean, check_covariance, correlated_gaussian):
+def test_exact_with_a_poor_surrogate(delayed, seed):
     model, mean, cov = correlated_gaussian()
     sampler = rnshmc.RNSHMC(model, delayed_acceptance=delayed, **POOR)
     res = sampler.sample(20000, tune=400, chains=2, rng=seed, progress=False)
@@ -31,7 +34,7 @@ def test_exact_with_a_poor_surrogate(delayed, seed, check_mean, check_covariance
 
 
 @pytest.mark.filterwarnings("ignore:.*under a third of the exploration")
-def test_power_the_surrogate_alone_is_wrong(correlated_gaussian):
+def test_power_the_surrogate_alone_is_wrong():
     """The exactness test above has something to catch: the surrogate's own distribution (HMC
     on z, no exact test) is far from the target — for these poor fits it is not even
     normalisable, and its chain drifts away by many posterior standard deviations."""
@@ -49,7 +52,7 @@ def test_power_the_surrogate_alone_is_wrong(correlated_gaussian):
 @pytest.mark.filterwarnings("ignore:.*under a third of the exploration")
 @pytest.mark.parametrize("delayed", [False, True])
 @pytest.mark.parametrize("seed", [3, 4, 5])
-def test_exact_with_a_poor_surrogate_more_seeds(delayed, seed, check_mean, check_covariance, correlated_gaussian):
+def test_exact_with_a_poor_surrogate_more_seeds(delayed, seed):
     model, mean, cov = correlated_gaussian(dim=6, seed=seed)
     res = rnshmc.RNSHMC(model, delayed_acceptance=delayed, nodes="rbf", n_hidden=20,
                         n_train=80, n_steps=8, trust_ratio=None).sample(40000, tune=500, chains=2, rng=seed,
@@ -73,7 +76,7 @@ def test_good_surrogate_on_logistic_regression_matches_hmc():
     assert np.all(np.abs(diff / se) < 4.5), diff / se
 
 
-def test_phases_and_counters(correlated_gaussian):
+def test_phases_and_counters():
     model, mean, cov = correlated_gaussian()
     draws, tune = 500, 300
     sampler = rnshmc.RNSHMC(model, n_hidden=50, step_size=0.3, n_steps=6, training_data="states")
@@ -100,7 +103,7 @@ def test_phases_and_counters(correlated_gaussian):
 
 
 @pytest.mark.filterwarnings("ignore:.*under a third of the exploration")
-def test_delayed_acceptance_saves_exact_evaluations(correlated_gaussian):
+def test_delayed_acceptance_saves_exact_evaluations():
     """Proposals the surrogate rejects cost no exact evaluation; the exact count is the number
     of stage-1 acceptances (at least the accepted draws)."""
     model, _, _ = correlated_gaussian()
@@ -110,7 +113,7 @@ def test_delayed_acceptance_saves_exact_evaluations(correlated_gaussian):
     assert res.accepted.sum() <= evals < 3000
 
 
-def test_training_window_options(correlated_gaussian):
+def test_training_window_options():
     model, _, _ = correlated_gaussian()
     res = rnshmc.RNSHMC(model, n_hidden=30, surrogate=dict(n_train=50), step_size=0.3,
                         explore=dict(n_steps=1, jitter=False)).sample(100, tune=200, rng=0,
@@ -128,7 +131,7 @@ def test_training_window_options(correlated_gaussian):
         rnshmc.RNSHMC(model).sample(10, tune=1, progress=False)
 
 
-def test_acceptance_collapse_warns_when_unwatched(correlated_gaussian):
+def test_acceptance_collapse_warns_when_unwatched():
     model, _, _ = correlated_gaussian()
     with pytest.warns(RuntimeWarning, match="under a third of the exploration"):
         rnshmc.RNSHMC(model, trust_ratio=None, **DISTRUSTED).sample(
@@ -156,7 +159,7 @@ def exact_iterations(events, draws, refit_iterations):
     return exact
 
 
-def test_a_distrusted_surrogate_is_refitted_then_replaced_and_said_so(correlated_gaussian):
+def test_a_distrusted_surrogate_is_refitted_then_replaced_and_said_so():
     model, _, _ = correlated_gaussian()
     sampler = rnshmc.RNSHMC(model, trust_ratio=1.0, max_refits=1, refit_growth=1.0,
                             refit_iterations=100, **DISTRUSTED)
@@ -190,8 +193,7 @@ def test_a_distrusted_surrogate_is_refitted_then_replaced_and_said_so(correlated
 
 
 @pytest.mark.parametrize("seed", [1, pytest.param(2, marks=pytest.mark.slow)])
-def test_refits_and_fallback_keep_the_chain_exact(seed, check_mean, check_covariance,
-                                                  correlated_gaussian):
+def test_refits_and_fallback_keep_the_chain_exact(seed):
     model, mean, cov = correlated_gaussian()
     with pytest.warns(RuntimeWarning, match="surrogate was poor"):
         res = rnshmc.RNSHMC(model, trust_ratio=0.9, refit_iterations=100, **DISTRUSTED).sample(
@@ -204,9 +206,10 @@ def test_refits_and_fallback_keep_the_chain_exact(seed, check_mean, check_covari
 
 @pytest.mark.parametrize("name, seed", [("RNSHMC", 4), pytest.param("RNSHMC", 5, marks=pytest.mark.slow),
                                         pytest.param("ARNSHMC", 3, marks=pytest.mark.slow)])
-def test_on_a_funnel_the_watch_keeps_up_with_exact_hmc(name, seed, funnel_target, check_mean):
-    """The issue's hierarchical case: a surrogate of 500 units fits the funnel poorly (alone,
-    acceptance 0.5-0.6 against exploration's 0.8-0.9, and chains that stick in its neck).
+def test_on_a_funnel_the_watch_keeps_up_with_exact_hmc(name, seed):
+    """A hierarchical posterior that a surrogate fits poorly: one of 500 units fits the funnel
+    poorly (alone, acceptance 0.5-0.6 against exploration's 0.8-0.9, and chains that stick in
+    its neck).
     Watched, min ESS per exact evaluation (from the first iteration) is at least half exact
     HMC's, and R-hat of 4 chains at most 1.01. (Measured with the defaults, training on
     whole trajectories, 4 x 3000 draws: RNS-HMC seeds 1-5 gave 1.12, 0.54, 0.96, 1.59 and
@@ -227,7 +230,7 @@ def test_on_a_funnel_the_watch_keeps_up_with_exact_hmc(name, seed, funnel_target
     check_mean(res.samples, np.zeros(target.dim))
 
 
-def test_reproducible_and_thread_pool_equals_serial(correlated_gaussian):
+def test_reproducible_and_thread_pool_equals_serial():
     model, _, _ = correlated_gaussian()
     sampler = rnshmc.RNSHMC(model, n_hidden=40, delayed_acceptance=True)
     a = sampler.sample(300, tune=200, chains=2, rng=7, progress=False)
@@ -238,7 +241,7 @@ def test_reproducible_and_thread_pool_equals_serial(correlated_gaussian):
     np.testing.assert_array_equal(a.samples, c.samples)
 
 
-def test_result_saves_and_loads(tmp_path, correlated_gaussian):
+def test_result_saves_and_loads(tmp_path):
     model, _, _ = correlated_gaussian()
     res = rnshmc.RNSHMC(model, n_hidden=20).sample(100, tune=100, rng=0, progress=False)
     path = tmp_path / "rns.npz"
@@ -252,7 +255,7 @@ def test_result_saves_and_loads(tmp_path, correlated_gaussian):
 @pytest.mark.parametrize("kwargs", [dict(n_hidden=0), dict(nodes="mlp"), dict(ridge=-1),
                                     dict(gradient_weight=-1.0), dict(surrogate_n_steps=0),
                                     dict(n_explore=1), dict(n_train=0), dict(step_size=-0.1)])
-def test_bad_options(kwargs, correlated_gaussian):
+def test_bad_options(kwargs):
     model, _, _ = correlated_gaussian()
     with pytest.raises(ValueError):
         rnshmc.RNSHMC(model, **kwargs)
@@ -264,7 +267,7 @@ def test_needs_a_gradient():
         rnshmc.RNSHMC(target)
 
 
-def test_automatic_trajectory_length(correlated_gaussian):
+def test_automatic_trajectory_length():
     """"auto" chooses L by the predicted min ESS per unit of cost, without exact evaluations
     of its own; on a correlated Gaussian with L = 2 in exploration it chooses longer
     trajectories and a larger min ESS."""
@@ -311,7 +314,7 @@ def test_exploration_shorter_than_the_dimension():
         trajectory_length_for_min_ess(np.ones((3, 3)), None, 0.1)
 
 
-def test_surrogate_step_cost(correlated_gaussian):
+def test_surrogate_step_cost():
     """A surrogate step is priced by the surrogate's gradient flops over the model's
     density_flops ("auto"), 0 for a target that declares none, or as given; a dearer step
     never gives a longer automatic L with the same exploration, and one priced like an exact
@@ -343,7 +346,7 @@ def test_surrogate_step_cost(correlated_gaussian):
 @pytest.mark.filterwarnings("ignore:.*under a third of the exploration")
 @pytest.mark.parametrize("delayed", [False, True])
 @pytest.mark.parametrize("seed", [0, 1])
-def test_exact_on_a_skewed_target_with_a_poor_surrogate(delayed, seed, mcse_z, log_gamma_target):
+def test_exact_on_a_skewed_target_with_a_poor_surrogate(delayed, seed):
     """Two independent log-Gamma(2) coordinates (skewed; a symmetric target could hide a
     sign error): means, variances and a tail probability within MCSE with a poor surrogate."""
     from scipy import special, stats
@@ -357,13 +360,13 @@ def test_exact_on_a_skewed_target_with_a_poor_surrogate(delayed, seed, mcse_z, l
     x = res.samples
     functions = np.concatenate([x, (x - m) ** 2, (x > 1.0) * 1.0], axis=-1)
     truth = np.repeat([m, special.polygamma(1, shape), stats.gamma(shape).sf(np.e)], 2)
-    z, tol = mcse_z(functions, truth)
+    z, tol = mean_within_mcse(functions, truth)
     assert np.all(np.abs(z) < tol), z
 
 
 @pytest.mark.filterwarnings("ignore:.*under a third of the exploration")
 @pytest.mark.parametrize("seed", [0, 1])
-def test_training_on_whole_trajectories(seed, check_mean, check_covariance, correlated_gaussian):
+def test_training_on_whole_trajectories(seed):
     """training_data="trajectories" (the default): the fit uses the steps of the training
     window's non-diverging trajectories under the ceiling (more points than states, at most
     one per step, no extra evaluations counted), and the chain stays exact."""

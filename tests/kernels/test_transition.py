@@ -21,6 +21,10 @@ from rnshmc._kernels._targets import PyCallableTarget
 from rnshmc._kernels._transition import TRANSITION, Chain
 from rnshmc.targets import as_ctarget
 
+from testkit import (check_covariance, check_mean, harmonic_target, hmc_sample,
+                     log_gamma_statistics, log_gamma_target, make_chain, mean_within_mcse,
+                     run_chain)
+
 SEEDS = [0, 1, 2]
 # more seeds for the statistical tests, in the slow suite (pytest -m slow)
 SLOW_SEEDS = [pytest.param(seed, marks=pytest.mark.slow) for seed in range(3, 11)]
@@ -33,8 +37,7 @@ LOG_GAMMA_SHAPE = 2.0
 
 
 @pytest.mark.parametrize("rule", ["always accept", "inverted comparison", "sign of dH"])
-def test_power_check_broken_accept_rules_fail(rule, mcse_z, log_gamma_target,
-                                              log_gamma_statistics, make_chain):
+def test_power_check_broken_accept_rules_fail(rule):
     """The moment check of test_hmc's log-Gamma test on chains built from the same leapfrog
     with a broken Metropolis rule must fail: the statistical test has power against the bugs
     it is for."""
@@ -61,7 +64,7 @@ def test_power_check_broken_accept_rules_fail(rule, mcse_z, log_gamma_target,
             draws_[i] = q[0]
         chains.append(draws_)
     functions, truth = log_gamma_statistics(np.array(chains), LOG_GAMMA_SHAPE)
-    z, tol = mcse_z(functions, truth)
+    z, tol = mean_within_mcse(functions, truth)
     assert np.max(np.abs(z)) > 2 * tol, z
 
 
@@ -69,7 +72,7 @@ def test_power_check_broken_accept_rules_fail(rule, mcse_z, log_gamma_target,
 # a surrogate drives the dynamics, the true target decides (Chain(dynamics, test))
 
 
-def test_surrogate_dynamics_true_metropolis_test(check_mean, check_covariance, run_chain):
+def test_surrogate_dynamics_true_metropolis_test():
     """Leapfrog driven by a wrong Gaussian (surrogate), Metropolis test on the true one: the
     chain targets the true distribution (the leapfrog is still volume preserving and
     reversible). Also: U_test is evaluated once per transition, density only."""
@@ -128,9 +131,9 @@ def walled_normal(kind, wall=1.0):
 
 @pytest.mark.parametrize("seed", SEEDS + SLOW_SEEDS[:3])
 @pytest.mark.parametrize("kind", ["-inf", "nan", "nan-gradient"])
-def test_divergences_are_rejected_and_recorded(seed, kind, mcse_z, sample):
-    res = sample(walled_normal(kind), draws=6000, tune=100, chains=2, rng=seed, step_size=1.0,
-                 n_steps=8, init=[0.0])
+def test_divergences_are_rejected_and_recorded(seed, kind):
+    res = hmc_sample(walled_normal(kind), draws=6000, tune=100, chains=2, rng=seed, step_size=1.0,
+                     n_steps=8, init=[0.0])
     x = res.samples[..., 0]
     assert res.diverging.mean() > 0.1
     assert np.all(x <= 1.0)                                  # never moved into the region
@@ -140,17 +143,17 @@ def test_divergences_are_rejected_and_recorded(seed, kind, mcse_z, sample):
     # and the chain samples the truncated normal N(0, 1 | q <= 1)
     truncated = stats.truncnorm(-np.inf, 1.0)
     functions = np.stack([x, (x - truncated.mean()) ** 2], axis=-1)
-    z, tol = mcse_z(functions, np.array([truncated.mean(), truncated.var()]))
+    z, tol = mean_within_mcse(functions, np.array([truncated.mean(), truncated.var()]))
     assert np.all(np.abs(z) < tol), z
 
 
-def test_max_energy_error_is_respected(harmonic_target, sample):
+def test_max_energy_error_is_respected():
     """A proposal with dH > max_energy_error is a divergence with acceptance 0; any other has
     acceptance min(1, exp(-dH)) >= exp(-max_energy_error)."""
     target = harmonic_target(2)
     common = dict(draws=3000, chains=2, rng=5, step_size=1.9, n_steps=3, init=[0.5, -0.5])
-    strict = sample(target, max_energy_error=0.5, **common)
-    lenient = sample(target, **common)                        # default 1000
+    strict = hmc_sample(target, max_energy_error=0.5, **common)
+    lenient = hmc_sample(target, **common)                    # default 1000
     assert 0.05 < strict.diverging.mean() < 0.95
     assert lenient.diverging.sum() == 0                       # same dynamics, far below 1000
     ok = ~strict.diverging
@@ -165,7 +168,7 @@ def test_max_energy_error_is_respected(harmonic_target, sample):
 # the chain's checks and energy_error_of_one_step
 
 
-def test_chain_checks(harmonic_target, make_chain, run_chain):
+def test_chain_checks():
     t2 = as_ctarget(harmonic_target(2), 2)
     t3 = as_ctarget(harmonic_target(3), 3)
     def parts():  # a chain's own metric and integrator
@@ -222,7 +225,7 @@ def test_chain_checks(harmonic_target, make_chain, run_chain):
         chain.set_state(dict(chain.get_state(), position=np.zeros(3)))
 
 
-def test_run_writes_the_gradients(harmonic_target, make_chain, run_chain):
+def test_run_writes_the_gradients():
     """``gradients`` receives the dynamics gradient at each kept state (-q for the harmonic
     target), and a zero-iteration run writes nothing."""
     chain = make_chain(harmonic_target(3), 3)
@@ -236,7 +239,7 @@ def test_run_writes_the_gradients(harmonic_target, make_chain, run_chain):
     assert empty["samples"].shape == (0, 3)
 
 
-def test_run_writes_the_proposals_with_their_exact_potentials(make_chain, run_chain):
+def test_run_writes_the_proposals_with_their_exact_potentials():
     """``proposals`` receives each proposal and the test's potential there: an accepted one is
     the new state with U = -log_density, a rejected one is a point the chain never visits
     with its true potential; NaN where the test did not evaluate (a divergence, a stage-1
@@ -276,7 +279,7 @@ def test_run_writes_the_proposals_with_their_exact_potentials(make_chain, run_ch
         run_chain(chain, np.random.default_rng(0), 5, 0.5, 2, proposals=np.empty((5, 2)))
 
 
-def test_energy_error_of_one_step_is_inf_for_a_divergent_step(make_chain):
+def test_energy_error_of_one_step_is_inf_for_a_divergent_step():
     def spike_logp(q):
         return 0.0 if np.all(q == 0.0) else -np.inf
 
@@ -288,7 +291,7 @@ def test_energy_error_of_one_step_is_inf_for_a_divergent_step(make_chain):
     assert chain.energy_error_of_one_step(np.random.default_rng(0), 0.5) == np.inf
 
 
-def test_energy_error_of_one_step_leaves_the_chain_alone(harmonic_target, make_chain):
+def test_energy_error_of_one_step_leaves_the_chain_alone():
     """The one-step energy error is that of a fresh momentum from the current position; the
     step size, position and (apart from the evaluations) counters of the chain are kept."""
     chain = make_chain(harmonic_target(2), 2)

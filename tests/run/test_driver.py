@@ -6,6 +6,8 @@ import rnshmc
 from rnshmc import ChainState
 from rnshmc.models import Gaussian
 
+from testkit import check_mean
+
 
 def correlated_gaussian(dim=3):
     rng = np.random.default_rng(0)
@@ -178,7 +180,7 @@ def test_wrong_types_raise_type_error_naming_the_argument(name, value):
         rnshmc.HMC(Gaussian(np.zeros(2), np.eye(2)), **{name: value})
 
 
-def test_rnshmc_accepts_a_target_whose_dim_is_a_method(check_mean):
+def test_rnshmc_accepts_a_target_whose_dim_is_a_method():
     class BridgeStanLike:
         def dim(self):
             return 2

@@ -1,4 +1,4 @@
-"""L2HMC's augmented leapfrog (issue 11): zero heads are the leapfrog, the backward operator is
+"""L2HMC's augmented leapfrog: zero heads are the leapfrog, the backward operator is
 the exact inverse, the log-Jacobian is log |det| of the map, and a chain with any fixed weights
 is exact because its acceptance test includes that log-Jacobian."""
 import numpy as np
@@ -10,7 +10,7 @@ from rnshmc._kernels._transition import TRANSITION, Chain
 from rnshmc.models import Gaussian
 from rnshmc.targets import as_ctarget
 
-from conftest import covariance_within_mcse, mean_within_mcse
+from testkit import correlated_gaussian, covariance_within_mcse, mean_within_mcse
 
 
 def gaussian(dim, seed=0):
@@ -408,7 +408,6 @@ POOR_SURROGATE = dict(n_hidden=15, gradient_weight=0.0, whiten=False, training_d
 def on_poor_surrogate():
     """L2HMC trained on a deliberately poor 15-unit surrogate of a 4-d correlated Gaussian."""
     import rnshmc
-    from conftest import correlated_gaussian
     model, mean, cov = correlated_gaussian()
     l2 = rnshmc.L2HMC.with_surrogate(model, tune=300, rng=0, progress=False, n_steps=5,
                                      rns_options=POOR_SURROGATE)
@@ -451,7 +450,6 @@ def test_l2hmc_on_a_surrogate_counts_one_exact_density_per_iteration(on_poor_sur
 
 def test_training_on_the_surrogate_evaluates_no_model():
     import rnshmc
-    from conftest import correlated_gaussian
     model, mean, cov = correlated_gaussian()
     calls = []
 

@@ -29,6 +29,8 @@ from rnshmc._kernels import _logistic
 from rnshmc.datasets import simulated_logistic
 from rnshmc.models import LogisticRegression
 
+from testkit import check_covariance, check_mean
+
 RTOL = 1e-12
 ROWS = [1, 17, 1000, 10007]
 DIMS = [1, 2, 50, 200]
@@ -349,7 +351,7 @@ def grid_posterior_moments(model, center, scale, points=401):
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_hmc_recovers_quadrature_posterior(seed, check_mean, check_covariance):
+def test_hmc_recovers_quadrature_posterior(seed):
     rng = np.random.default_rng(100 + seed)
     n = 80
     X = np.column_stack([np.ones(n), rng.standard_normal(n)])

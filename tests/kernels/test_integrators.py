@@ -14,6 +14,9 @@ import scipy.linalg
 
 from rnshmc import Target
 
+from testkit import (dense_inverse_mass, gaussian_for_leapfrog, harmonic_target, hmc_sample,
+                     log_gamma_target, make_chain)
+
 MASS_KINDS = ["identity", "diagonal", "dense"]
 
 
@@ -31,7 +34,7 @@ def step_by_step(chain, q, p, eps, n):
 
 
 @pytest.mark.parametrize("eps", [0.05, 0.2, 0.7, 1.5])
-def test_leapfrog_harmonic_energy_error_is_the_modified_energy(eps, harmonic_target, make_chain):
+def test_leapfrog_harmonic_energy_error_is_the_modified_energy(eps):
     """U = |q|^2/2, M = I: the leapfrog conserves H~ = |p|^2/2 + (1 - eps^2/4)|q|^2/2, so
     dH_n = eps^2/8 (|q_n|^2 - |q_0|^2) exactly, and |dH_n| <= eps^2/4 H~ / (1 - eps^2/4) for
     every n: bounded over an arbitrarily long trajectory (no drift)."""
@@ -56,7 +59,7 @@ def test_leapfrog_harmonic_energy_error_is_the_modified_energy(eps, harmonic_tar
     assert U_n == Us[-1] == U_test_n
 
 
-def test_leapfrog_energy_error_scales_as_eps_squared(harmonic_target, make_chain):
+def test_leapfrog_energy_error_scales_as_eps_squared():
     rng = np.random.default_rng(2)
     chain = make_chain(harmonic_target(2), 2)
     q0, p0 = rng.standard_normal(2), rng.standard_normal(2)
@@ -78,7 +81,7 @@ def exact_flow(q0, p0, precision, inverse_mass, mean, T):
     return z[:d] + mean, z[d:]
 
 
-def test_leapfrog_harmonic_matches_exact_solution(harmonic_target, make_chain):
+def test_leapfrog_harmonic_matches_exact_solution():
     """q(T) = q0 cos T + p0 sin T, p(T) = p0 cos T - q0 sin T; global error O(eps^2) with the
     harmonic-oscillator constant: phase error T eps^2/24 plus the eps^2/8 distortion of the
     conserved ellipse."""
@@ -100,8 +103,7 @@ def test_leapfrog_harmonic_matches_exact_solution(harmonic_target, make_chain):
 
 
 @pytest.mark.parametrize("kind", MASS_KINDS)
-def test_leapfrog_gaussian_modified_energy_with_mass(kind, gaussian_for_leapfrog,
-                                                     dense_inverse_mass, make_chain):
+def test_leapfrog_gaussian_modified_energy_with_mass(kind):
     """dH_n = eps^2/8 (g_n^T M^-1 g_n - g_0^T M^-1 g_0), g = P (q - mean), for identity, diagonal
     and dense inverse mass (the chain's metric); and the closed-form bound
     |dH_n| <= eps^2 lam H~ / (4 (1 - eps^2 lam / 4)), lam = max eig(M^-1 P), over 1500 steps."""
@@ -126,8 +128,7 @@ def test_leapfrog_gaussian_modified_energy_with_mass(kind, gaussian_for_leapfrog
 
 
 @pytest.mark.parametrize("kind", MASS_KINDS)
-def test_leapfrog_gaussian_matches_exact_flow(kind, gaussian_for_leapfrog, dense_inverse_mass,
-                                              make_chain):
+def test_leapfrog_gaussian_matches_exact_flow(kind):
     target, mean, P, inv_mass = gaussian_for_leapfrog(kind, seed=6)
     d = mean.size
     Minv = dense_inverse_mass(inv_mass, d)
@@ -146,8 +147,7 @@ def test_leapfrog_gaussian_matches_exact_flow(kind, gaussian_for_leapfrog, dense
 
 
 @pytest.mark.parametrize("case", ["harmonic", "log-gamma"] + [f"gaussian-{k}" for k in MASS_KINDS])
-def test_leapfrog_is_reversible(case, harmonic_target, log_gamma_target, gaussian_for_leapfrog,
-                                dense_inverse_mass, make_chain):
+def test_leapfrog_is_reversible(case):
     """L steps forward, negate p, L steps back: the start again, to 1e-10."""
     rng = np.random.default_rng(8)
     if case == "harmonic":
@@ -169,7 +169,7 @@ def test_leapfrog_is_reversible(case, harmonic_target, log_gamma_target, gaussia
     np.testing.assert_allclose(-p2, p0, rtol=0, atol=1e-10 * scale)
 
 
-def test_integrate_leaves_the_chain_state_alone(make_chain):
+def test_integrate_leaves_the_chain_state_alone():
     """integrate() evaluates the start point, then one gradient per step (the gradient is
     cached between steps), and restores the chain's state and counters afterwards."""
     calls = {"n": 0}
@@ -200,7 +200,7 @@ def test_integrate_leaves_the_chain_state_alone(make_chain):
         chain.integrate(np.array([0.0]), np.array([1.0, 2.0]), 0.1, 3)
 
 
-def test_integrate_with_a_bad_momentum_leaves_the_chain_alone(harmonic_target, make_chain):
+def test_integrate_with_a_bad_momentum_leaves_the_chain_alone():
     chain = make_chain(harmonic_target(1), 1)
     chain.set_position([0.25])
     counters = (chain.n_density_evals, chain.n_gradient_evals)
@@ -210,7 +210,7 @@ def test_integrate_with_a_bad_momentum_leaves_the_chain_alone(harmonic_target, m
     assert (chain.n_density_evals, chain.n_gradient_evals) == counters
 
 
-def test_integrate_stops_at_a_divergence(make_chain):
+def test_integrate_stops_at_a_divergence():
     """A trajectory that reaches a non-finite gradient stops there: the end potential is +inf
     and no gradient is evaluated after that step."""
     calls = {"n": 0}
@@ -249,11 +249,11 @@ class CountingTarget:
 
 @pytest.mark.parametrize("jitter", [False, True])
 @pytest.mark.parametrize("chains", [1, 3])
-def test_gradient_is_cached(jitter, chains, sample):
+def test_gradient_is_cached(jitter, chains):
     """One gradient per leapfrog step (the end point's gradient is reused for the next step
     and the next iteration) plus one at the initial point, for a fixed step and tune=0."""
     target = CountingTarget()
-    res = sample(target, draws=300, chains=chains, step_size=0.4, n_steps=7, jitter=jitter)
+    res = hmc_sample(target, draws=300, chains=chains, step_size=0.4, n_steps=7, jitter=jitter)
     expected = res.n_steps.sum(axis=1) + 1
     np.testing.assert_array_equal(res.n_gradient_evals, expected)
     np.testing.assert_array_equal(res.n_density_evals, expected)  # counted in both
@@ -263,11 +263,11 @@ def test_gradient_is_cached(jitter, chains, sample):
         assert np.all(res.n_steps == 7)
 
 
-def test_n_steps_counts_steps_actually_taken_when_diverging(sample):
+def test_n_steps_counts_steps_actually_taken_when_diverging():
     def walled_logp_and_grad(q):
         return (-np.inf if q[0] > 1.0 else -0.5 * float(q @ q)), -q
 
     target = Target(None, logp_and_grad=walled_logp_and_grad, dim=1)
-    res = sample(target, draws=500, step_size=1.0, n_steps=8, init=[0.0])
+    res = hmc_sample(target, draws=500, step_size=1.0, n_steps=8, init=[0.0])
     assert res.diverging.any()
     np.testing.assert_array_equal(res.n_gradient_evals, res.n_steps.sum(axis=1) + 1)

@@ -15,6 +15,8 @@ from rnshmc.adaptation import (WarmupSchedule, initial_step_size, regularized_va
                                trajectory_length_for_min_ess,
                                terminal_buffer)
 
+from testkit import gaussian_target, harmonic_target, hmc_sample, make_chain, run_chain
+
 SEEDS = [0, 1, 2]
 # more seeds for the statistical tests, in the slow suite (pytest -m slow)
 SLOW_SEEDS = [pytest.param(seed, marks=pytest.mark.slow) for seed in range(3, 11)]
@@ -25,8 +27,9 @@ SLOW_SEEDS = [pytest.param(seed, marks=pytest.mark.slow) for seed in range(3, 11
 
 
 class ReferenceDualAveraging:
-    """Algorithm 5 of Hoffman & Gelman (2014), written with the H-bar recursion and Stan's
-    constants: the reference the C loop's dual averaging is compared against."""
+    """Dual averaging of the step size as docs/algorithms.md states it (section 1, warm-up),
+    written with the H-bar recursion and Stan's constants: the reference the C loop's dual
+    averaging is compared against."""
 
     def __init__(self, eps0, delta, gamma=0.05, t0=10.0, kappa=0.75):
         self.delta, self.gamma, self.t0, self.kappa = delta, gamma, t0, kappa
@@ -64,7 +67,7 @@ def test_reference_dual_averaging_finds_the_root_of_a_deterministic_curve():
 SDS = np.array([0.5, 1.0, 2.0])
 
 
-def adapting_chain(make_chain, gaussian_target, eps0, delta, seed=0):
+def adapting_chain(eps0, delta, seed=0):
     """A chain on a 3-d Gaussian (sds 0.5, 1, 2) with dual averaging started from eps0 (no
     position or adaptation yet if eps0 is None)."""
     chain = make_chain(gaussian_target(np.zeros(3), np.diag(1 / SDS ** 2)), 3)
@@ -82,13 +85,12 @@ def replay(records, eps0, delta):
 
 
 @pytest.mark.parametrize("jitter", [False, True])
-def test_dual_averaging_matches_hoffman_gelman_recursion(jitter, make_chain, gaussian_target,
-                                                         run_chain):
+def test_dual_averaging_matches_hoffman_gelman_recursion(jitter):
     """The C loop's dual averaging (Chain.run with adapt_step_size=True) == the reference
     recursion replayed on the recorded acceptance probabilities: the step size of every
     transition, the current step size and the averaged final one."""
     eps0, delta = 2.0, 0.8
-    chain = adapting_chain(make_chain, gaussian_target, eps0, delta)
+    chain = adapting_chain(eps0, delta)
     assert chain.step_size == eps0
     out = run_chain(chain, np.random.default_rng(1), 3000, None, 5, jitter=jitter,
                     adapt_step_size=True)
@@ -103,10 +105,10 @@ def test_dual_averaging_matches_hoffman_gelman_recursion(jitter, make_chain, gau
     assert abs(accept_prob[1000:].mean() - delta) < 0.1
 
 
-def test_dual_averaging_restart(make_chain, gaussian_target, run_chain):
+def test_dual_averaging_restart():
     """restart_step_size_adaptation forgets everything but the new starting point: the next
     run matches a fresh reference started there; without adaptation the step size stays."""
-    chain = adapting_chain(make_chain, gaussian_target, 2.0, 0.8)
+    chain = adapting_chain(2.0, 0.8)
     run_chain(chain, np.random.default_rng(2), 300, None, 5, adapt_step_size=True)
     chain.restart_step_size_adaptation(0.3, 0.9)
     assert chain.step_size == 0.3
@@ -128,16 +130,16 @@ def test_dual_averaging_restart(make_chain, gaussian_target, run_chain):
         chain.restart_step_size_adaptation(1.0, 1.0)
 
 
-def test_adaptation_state_survives_get_state_set_state(make_chain, gaussian_target, run_chain):
+def test_adaptation_state_survives_get_state_set_state():
     """A run of 2n adapting (and variance-accumulating) transitions == n, get_state, a new
     chain set_state, n more: the step sizes, records and draws, bit for bit."""
     flags = dict(adapt_step_size=True, accumulate_variance=True)
-    whole = adapting_chain(make_chain, gaussian_target, 1.5, 0.8)
-    first = adapting_chain(make_chain, gaussian_target, 1.5, 0.8)
+    whole = adapting_chain(1.5, 0.8)
+    first = adapting_chain(1.5, 0.8)
     a = run_chain(whole, np.random.default_rng(5), 400, None, 4, jitter=True, **flags)
     generator = np.random.default_rng(5)
     b1 = run_chain(first, generator, 200, None, 4, jitter=True, **flags)
-    second = adapting_chain(make_chain, gaussian_target, None, None)
+    second = adapting_chain(None, None)
     second.set_state(first.get_state())
     b2 = run_chain(second, generator, 200, None, 4, jitter=True, **flags)
     np.testing.assert_array_equal(a["records"], np.concatenate([b1["records"], b2["records"]]))
@@ -279,7 +281,7 @@ def test_terminal_buffer():
 # the running variance (Welford, in the C loop) and its regularisation
 
 
-def test_running_variance_and_regularisation(gaussian_target, make_chain, run_chain):
+def test_running_variance_and_regularisation():
     """The positions accumulated by Chain.run(accumulate_variance=True), over two runs, have
     the mean and variance NumPy gives for the same draws; take_variance hands them out and
     starts again; regularized_variance is Stan's shrinkage."""
@@ -312,7 +314,7 @@ def test_running_variance_and_regularisation(gaussian_target, make_chain, run_ch
 # the initial step size
 
 
-def test_initial_step_size_heuristic(harmonic_target, make_chain):
+def test_initial_step_size_heuristic():
     chain = make_chain(harmonic_target(3), 3)
     chain.set_position(np.ones(3))
     step = initial_step_size(chain, np.random.default_rng(0))
@@ -330,7 +332,7 @@ def test_initial_step_size_heuristic(harmonic_target, make_chain):
 
 @pytest.mark.parametrize("target_accept", [0.75, 0.8, 0.9])
 @pytest.mark.parametrize("jitter", [False, True])
-def test_dual_averaging_reaches_target_accept(target_accept, jitter, gaussian_target, sample):
+def test_dual_averaging_reaches_target_accept(target_accept, jitter):
     """Fixed (identity) mass, step size adapted over 1000 iterations: the mean acceptance
     probability while sampling is within 0.1 of target_accept, and a higher target gives a
     smaller step."""
@@ -339,8 +341,8 @@ def test_dual_averaging_reaches_target_accept(target_accept, jitter, gaussian_ta
     target = gaussian_target(np.ones(d), np.diag(1 / sd ** 2))
     results = {}
     for ta in sorted({target_accept, 0.6}):
-        results[ta] = sample(target, draws=1000, tune=1000, chains=2, rng=21, n_steps=10,
-                             jitter=jitter, target_accept=ta, adapt_mass_matrix=False)
+        results[ta] = hmc_sample(target, draws=1000, tune=1000, chains=2, rng=21, n_steps=10,
+                                 jitter=jitter, target_accept=ta, adapt_mass_matrix=False)
     res = results[target_accept]
     assert abs(res.accept_prob.mean() - target_accept) < 0.1
     assert np.all(np.abs(res.accept_prob.mean(axis=1) - target_accept) < 0.1)
@@ -348,32 +350,32 @@ def test_dual_averaging_reaches_target_accept(target_accept, jitter, gaussian_ta
 
 
 @pytest.mark.parametrize("tune", [10, 15, 19])
-def test_short_tune_gives_a_usable_step_size(tune, gaussian_target, sample):
-    res = sample(gaussian_target(np.zeros(5), np.eye(5)), draws=300, tune=tune, chains=4, rng=1)
+def test_short_tune_gives_a_usable_step_size(tune):
+    res = hmc_sample(gaussian_target(np.zeros(5), np.eye(5)), draws=300, tune=tune, chains=4, rng=1)
     assert np.all(res.acceptance_rate > 0.3), res.acceptance_rate
 
 
 @pytest.mark.parametrize("seed", SEEDS + SLOW_SEEDS)
-def test_adapted_inverse_mass_matches_the_variances(seed, gaussian_target, sample):
+def test_adapted_inverse_mass_matches_the_variances(seed):
     """Diagonal Gaussian with standard deviations from 0.1 to 10 (100x): after tune=2000 the
     adapted diagonal inverse mass is within 30% of the true variances (the last window has
     1100 draws; the relative sd of a variance estimate is sqrt(2/ESS) ~ 5-10%)."""
     d = 10
     sd = np.geomspace(0.1, 10.0, d)
-    res = sample(gaussian_target(np.arange(d, dtype=float), np.diag(1 / sd ** 2)), draws=200,
-                 tune=2000, chains=2, rng=seed)
+    res = hmc_sample(gaussian_target(np.arange(d, dtype=float), np.diag(1 / sd ** 2)), draws=200,
+                     tune=2000, chains=2, rng=seed)
     assert res.inverse_mass_matrix.shape == (2, d)
     ratio = res.inverse_mass_matrix / sd ** 2
     assert np.all((ratio > 0.7) & (ratio < 1.3)), ratio
 
 
-def test_tune_zero_without_step_size_warns(harmonic_target, sample):
+def test_tune_zero_without_step_size_warns():
     with pytest.warns(UserWarning, match="tune=0"):
-        res = sample(harmonic_target(2), draws=50, tune=0)
+        res = hmc_sample(harmonic_target(2), draws=50, tune=0)
     assert np.isfinite(res.step_size).all()
 
 
-def test_tune_zero_warning_points_at_the_caller(harmonic_target):
+def test_tune_zero_warning_points_at_the_caller():
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         HMC(harmonic_target(2)).sample(10, tune=0, progress=False)   # called from here

@@ -235,7 +235,7 @@ def test_regular_system_does_not_warn():
 # the surrogate as a target; housekeeping
 
 
-def test_surrogate_is_a_c_level_target_for_hmc(check_mean):
+def test_surrogate_is_a_c_level_target_for_hmc():
     """HMC on a surrogate fitted to a standard normal samples (approximately) that normal."""
     rng = np.random.default_rng(0)
     Q = rng.standard_normal((2000, 2))

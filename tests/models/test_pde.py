@@ -323,11 +323,11 @@ def model_in_subprocess(path, threads):
 
 
 def test_synthetic_model_is_the_same_under_any_blas_thread_count(tmp_path):
-    """The issue: EllipticPDE(n=30, rng=0) was another model under 1 and 2 BLAS threads (basis
-    vectors of repeated eigenvalues rotated, signs flipped; log density at 0.1: -61.52 and
-    -62.23). It is now the same model, to rounding: LAPACK's eigenvectors still differ in the
-    last bits between thread counts (its tridiagonal reduction sums in a thread-dependent
-    order), measured <= 1e-14 relative here for Q1, so the comparison is to 1e-12, not bitwise.
+    """EllipticPDE(n=30, rng=0) is the same model under 1 and 2 BLAS threads, to rounding (it
+    once was not: basis vectors of repeated eigenvalues rotated, signs flipped; log density at
+    0.1: -61.52 and -62.23). LAPACK's eigenvectors still differ in the last bits between
+    thread counts (its tridiagonal reduction sums in a thread-dependent order), measured
+    <= 1e-14 relative here for Q1, so the comparison is to 1e-12, not bitwise.
     (On one core, two threads may or may not sum differently; the test holds either way.)"""
     one = model_in_subprocess(tmp_path / "one.npz", 1)
     two = model_in_subprocess(tmp_path / "two.npz", 2)

@@ -1,4 +1,4 @@
-"""Gradient-free sampling (issue 12): the adaptive random-walk Metropolis kernel, and
+"""Gradient-free sampling: the adaptive random-walk Metropolis kernel, and
 GradientFreeRNSHMC (adaptive-Metropolis exploration, a values-only surrogate fit, surrogate HMC
 with the exact test) - exact on Gaussians, never a gradient, counts by formula, bit-identical
 continuation, Ctrl-C."""
@@ -17,6 +17,8 @@ from rnshmc._kernels._metropolis import MetropolisChain
 from rnshmc._kernels._transition import TRANSITION, StopRequested
 from rnshmc.models import Gaussian
 from rnshmc.targets import without_gradient
+
+from testkit import check_covariance, check_mean, mean_within_mcse
 
 CORRELATED_COV = np.array([[1.0, 0.95], [0.95, 1.0]]) * 4.0
 CORRELATED_MEAN = np.array([1.0, -2.0])
@@ -259,7 +261,7 @@ def test_ctrl_c_stops_the_c_loop_within_two_seconds(tmp_path):
 
 
 @pytest.mark.parametrize("seed", [0, 1])
-def test_exact_on_a_correlated_gaussian_from_densities_alone(seed, check_mean, check_covariance):
+def test_exact_on_a_correlated_gaussian_from_densities_alone(seed):
     res = quiet_sample(rnshmc.GradientFreeRNSHMC(correlated_target(), n_hidden=100),
                        draws=1500, chains=4, rng=seed)
     np.testing.assert_array_equal(res.n_gradient_evals, 0)
@@ -268,7 +270,7 @@ def test_exact_on_a_correlated_gaussian_from_densities_alone(seed, check_mean, c
 
 
 @pytest.mark.parametrize("seed", [0, 1])
-def test_exact_on_a_5d_gaussian(seed, check_mean, check_covariance, mcse_z):
+def test_exact_on_a_5d_gaussian(seed):
     model = gaussian_5d()
     res = quiet_sample(rnshmc.GradientFreeRNSHMC(without_gradient(model), n_hidden=200),
                        draws=1500, chains=4, rng=seed)
@@ -276,11 +278,12 @@ def test_exact_on_a_5d_gaussian(seed, check_mean, check_covariance, mcse_z):
     check_mean(res.samples, model.mean, n_sigma=4.0)
     check_covariance(res.samples, model.mean, model.covariance)
     # power: a mean off by a fifth of a standard deviation is caught
-    z, tolerance = mcse_z(res.samples, model.mean + 0.2 * np.sqrt(np.diag(model.covariance)), 4.0)
+    z, tolerance = mean_within_mcse(
+        res.samples, model.mean + 0.2 * np.sqrt(np.diag(model.covariance)), 4.0)
     assert np.all(np.abs(z) > tolerance)
 
 
-def test_a_poor_surrogate_is_still_exact_and_warned_about(check_mean, check_covariance):
+def test_a_poor_surrogate_is_still_exact_and_warned_about():
     """Ten hidden units fit a 5-d Gaussian's potential poorly (misfit ~2.5): the sampling
     acceptance falls from the surrogate's own ~0.9 to ~0.2, which is warned about; the draws
     stay exact."""
@@ -299,7 +302,7 @@ def test_a_poor_surrogate_is_still_exact_and_warned_about(check_mean, check_cova
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", range(2, 22))
 @pytest.mark.parametrize("delayed", [False, True])
-def test_exact_for_many_seeds(seed, delayed, check_mean, check_covariance):
+def test_exact_for_many_seeds(seed, delayed):
     model = gaussian_5d()
     res = quiet_sample(rnshmc.GradientFreeRNSHMC(without_gradient(model), n_hidden=200,
                                                  delayed_acceptance=delayed),
@@ -310,7 +313,7 @@ def test_exact_for_many_seeds(seed, delayed, check_mean, check_covariance):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", range(10))
-def test_adaptive_metropolis_alone_is_exact(seed, check_mean, check_covariance):
+def test_adaptive_metropolis_alone_is_exact(seed):
     model = gaussian_5d()
     res = quiet_sample(rnshmc.AdaptiveMetropolis(without_gradient(model)),
                        draws=40000, tune=2000, chains=4, rng=seed)

@@ -1,4 +1,4 @@
-"""Stopping a run (issue 12): Ctrl-C stops every chain within about a second, serially and on
+"""Stopping a run: Ctrl-C stops every chain within about a second, serially and on
 a thread pool, and sample() returns the draws made; a failing model in one chain stops the
 others and its exception comes out with every chain's state."""
 import os

@@ -1,0 +1,246 @@
+"""Shared helpers for the rnshmc tests, imported by the test modules
+(``from testkit import check_mean, correlated_gaussian``): Monte Carlo error checks for
+statistical tests, the papers' data folder, and the targets, chains and sampler calls the
+sampler and kernel tests build on.
+
+A plain module, not a conftest: it lives in ``tests/`` beside ``conftest.py``, and pytest puts
+that folder on ``sys.path`` when it loads ``tests/conftest.py`` (the default "prepend" import
+mode), so ``import testkit`` works from every subfolder, whether the tests run in the checkout
+or from a copy outside the source tree against an installed package.
+"""
+import os
+from pathlib import Path
+
+import numpy as np
+from scipy import special, stats
+
+from rnshmc import HMC, Target, diagnostics
+from rnshmc._kernels._integrators import Leapfrog
+from rnshmc._kernels._metrics import EuclideanMetric
+from rnshmc._kernels._transition import TRANSITION, Chain
+from rnshmc.targets import as_ctarget
+
+
+# --------------------------------------------------------------------------------------------
+# Monte Carlo checks
+
+
+def mean_within_mcse(samples, true_mean, n_sigma=4.5):
+    """Standardised errors (mean - true) / MCSE per coordinate, MCSE = sd / sqrt(ESS), and
+    the tolerance: a test asserts |z| < n_sigma (or, in a power check, that it fails).
+
+    ``samples``: (chains, draws, dim). The ESS pools the chains (rnshmc.diagnostics.ess,
+    Geyer's initial monotone sequence, docs/algorithms.md section 2, itself tested in
+    test_diagnostics.py).
+    """
+    samples = np.asarray(samples)
+    flat = samples.reshape(-1, samples.shape[-1])
+    ess = np.atleast_1d(diagnostics.ess(samples, cap=False))
+    mcse = flat.std(axis=0, ddof=1) / np.sqrt(ess)
+    z = (flat.mean(axis=0) - true_mean) / mcse
+    return z, n_sigma
+
+
+def covariance_within_mcse(samples, true_mean, true_cov, n_sigma=5.0):
+    """Standardised errors of every covariance entry (upper triangle incl. diagonal).
+
+    Entry (i, j) is estimated by the mean of the products z_ij = (x_i - mu_i)(x_j - mu_j)
+    around the *true* mean (an unbiased estimator of Sigma_ij, no O(1/n) centring bias); its
+    Monte Carlo standard error is sd(z_ij) / sqrt(ESS(z_ij)), with the ESS of the product
+    series itself (products mix more slowly than the coordinates). Returns the standardised
+    errors (estimate - Sigma_ij) / MCSE and the tolerance.
+    """
+    samples = np.asarray(samples)
+    dim = samples.shape[-1]
+    iu = np.triu_indices(dim)
+    centred = samples - true_mean
+    products = centred[..., iu[0]] * centred[..., iu[1]]  # (chains, draws, n_entries)
+    flat = products.reshape(-1, products.shape[-1])
+    ess = np.atleast_1d(diagnostics.ess(products, cap=False))
+    mcse = flat.std(axis=0, ddof=1) / np.sqrt(ess)
+    z = (flat.mean(axis=0) - true_cov[iu]) / mcse
+    return z, n_sigma
+
+
+def check_mean(samples, true_mean, n_sigma=4.5):
+    """Assert every coordinate's mean is within ``n_sigma`` Monte Carlo standard errors of
+    ``true_mean``; returns the standardised errors."""
+    z, tol = mean_within_mcse(samples, true_mean, n_sigma)
+    assert np.all(np.abs(z) < tol), f"standardised mean errors {np.round(z, 2)}"
+    return z
+
+
+def check_covariance(samples, true_mean, true_cov, n_sigma=5.0):
+    """Assert every covariance entry is within ``n_sigma`` Monte Carlo standard errors of
+    ``true_cov``; returns the standardised errors."""
+    z, tol = covariance_within_mcse(samples, true_mean, true_cov, n_sigma)
+    assert np.all(np.abs(z) < tol), f"largest standardised error {np.max(np.abs(z)):.2f}"
+    return z
+
+
+# --------------------------------------------------------------------------------------------
+# The papers' data sets (../shared/data beside the checkout, or $RNSHMC_SHARED_DATA)
+
+
+def shared_data_dir():
+    """Path of the papers' data folder ($RNSHMC_SHARED_DATA, else ../shared/data beside the
+    checkout), or None when it is absent (the ``shared_data`` fixture then skips)."""
+    candidates = []
+    if os.environ.get("RNSHMC_SHARED_DATA"):
+        candidates.append(Path(os.environ["RNSHMC_SHARED_DATA"]))
+    candidates.append(Path(__file__).resolve().parents[2] / "shared" / "data")
+    for path in candidates:
+        if path.is_dir():
+            return path
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# Targets with known answers, C chains and sampler calls
+
+
+def gaussian_target(mean, precision, dim=True):
+    """N(mean, precision^{-1}) as an rnshmc.Target from one Python value-and-gradient callable
+    (``dim=False``: the target does not declare its dimension)."""
+    mean = np.asarray(mean, dtype=np.float64)
+    precision = np.asarray(precision, dtype=np.float64)
+
+    def gaussian_logp_and_grad(q):
+        x = q - mean
+        g = precision @ x
+        return -0.5 * (x @ g), -g
+
+    return Target(None, logp_and_grad=gaussian_logp_and_grad, dim=mean.size if dim else None)
+
+
+def make_random_covariance(rng, dim, condition):
+    """Random SPD matrix with eigenvalues log-spaced over [1, condition] (condition number
+    exactly ``condition``) in a Haar-random orthonormal basis."""
+    Q, R = np.linalg.qr(rng.standard_normal((dim, dim)))
+    Q = Q * np.sign(np.diag(R))
+    eigenvalues = np.geomspace(1.0, condition, dim)
+    rng.shuffle(eigenvalues)
+    cov = (Q * eigenvalues) @ Q.T
+    return 0.5 * (cov + cov.T)
+
+
+def gaussian_problem(seed, dim=10, condition=30.0):
+    """Correlated Gaussian: random SPD covariance with condition number 30, nonzero mean;
+    returns (mean, covariance, precision)."""
+    rng = np.random.default_rng(1000 + seed)
+    cov = make_random_covariance(rng, dim, condition)
+    mean = rng.normal(0.0, 3.0, size=dim)
+    return mean, cov, np.linalg.inv(cov)
+
+
+def harmonic_target(dim=3):
+    """U(q) = q^T q / 2 from two separate Python callables (logp and grad_logp)."""
+    def harmonic_logp(q):
+        return -0.5 * float(q @ q)
+
+    def harmonic_grad(q):
+        return -q
+
+    return Target(harmonic_logp, grad_logp=harmonic_grad, dim=dim)
+
+
+def log_gamma_target(shape=2.0, dim=1):
+    """dim independent x_k = log(Y_k), Y_k ~ Gamma(shape, 1): log p(x) = sum shape x - e^x
+    (skewed, non-Gaussian)."""
+    def log_gamma_logp_and_grad(q):
+        e = np.exp(q)
+        return float(np.sum(shape * q - e)), shape - e
+    return Target(None, logp_and_grad=log_gamma_logp_and_grad, dim=dim)
+
+
+def log_gamma_statistics(x, shape=2.0):
+    """Per-draw functions whose means are known for x = log Gamma(shape, 1) variates: x,
+    (x - E x)^2 and the tail indicators x < -1, x > 1; returns (functions, their means)."""
+    m = special.digamma(shape)
+    functions = np.stack([x, (x - m) ** 2, (x < -1.0) * 1.0, (x > 1.0) * 1.0], axis=-1)
+    truth = np.array([m, special.polygamma(1, shape), stats.gamma(shape).cdf(np.exp(-1.0)),
+                      stats.gamma(shape).sf(np.e)])
+    return functions, truth
+
+
+def dense_inverse_mass(inverse_mass, dim):
+    """An inverse mass matrix (None, diagonal or dense) as a dense matrix."""
+    if inverse_mass is None:
+        return np.eye(dim)
+    inverse_mass = np.asarray(inverse_mass)
+    return np.diag(inverse_mass) if inverse_mass.ndim == 1 else inverse_mass
+
+
+def gaussian_for_leapfrog(kind, seed=4, dim=5):
+    """A dense-precision Gaussian as an rnshmc.Target and an inverse mass of the given kind
+    ("identity", "diagonal", "dense") that is deliberately *not* the covariance (so the mass
+    matters): returns (target, mean, precision, inverse mass)."""
+    rng = np.random.default_rng(seed)
+    cov = make_random_covariance(rng, dim, 20.0)
+    mean = rng.normal(0, 2, dim)
+    P = np.linalg.inv(cov)
+    if kind == "identity":
+        inv_mass = None
+    elif kind == "diagonal":
+        inv_mass = rng.uniform(0.3, 3.0, dim)
+    else:
+        inv_mass = make_random_covariance(rng, dim, 10.0)
+    return gaussian_target(mean, P), mean, P, inv_mass
+
+
+def make_chain(target, dim, inverse_mass=None, test=None, max_energy_error=1000.0,
+               delayed_acceptance=False):
+    """A C chain (Euclidean metric, leapfrog) over ``target`` as the samplers build it."""
+    return Chain(as_ctarget(target, dim), test=test, metric=EuclideanMetric(dim, inverse_mass),
+                 integrator=Leapfrog(), max_energy_error=max_energy_error,
+                 delayed_acceptance=delayed_acceptance)
+
+
+def run_chain(chain, generator, n, step_size, n_steps, jitter=False, **flags):
+    """``chain.run`` with freshly allocated outputs (after setting ``chain.step_size``, unless
+    ``step_size`` is None); ``flags`` are run's keyword arguments (``adapt_step_size``,
+    ``accumulate_variance``, ``gradients``). Returns a dict: "samples", "records" and every
+    field of the records (``log_density``, ``accepted``, ``n_steps``, ...)."""
+    if step_size is not None:
+        chain.step_size = step_size
+    samples = np.empty((n, chain.dim))
+    records = np.empty(n, TRANSITION)
+    chain.run(generator, n, n_steps, jitter, samples, records, **flags)
+    out = {name: records[name] for name in TRANSITION.names}
+    out.update(samples=samples, records=records)
+    return out
+
+
+def hmc_sample(target, draws=500, tune=0, chains=1, rng=0, **kwargs):
+    """HMC(target, **settings).sample(...) without a progress bar (``init`` and ``pool`` are
+    sample's, every other keyword goes to HMC)."""
+    init = kwargs.pop("init", None)
+    pool = kwargs.pop("pool", None)
+    return HMC(target, **kwargs).sample(draws, tune=tune, chains=chains, rng=rng, init=init,
+                                        progress=False, pool=pool)
+
+
+def correlated_gaussian(dim=4, seed=0):
+    """(rnshmc.models.Gaussian, mean, covariance): a correlated Gaussian for the surrogate
+    samplers' exactness tests."""
+    from rnshmc.models import Gaussian
+    rng = np.random.default_rng(seed)
+    A = rng.standard_normal((dim, dim))
+    cov = A @ A.T / dim + 0.2 * np.eye(dim)
+    mean = rng.standard_normal(dim)
+    return Gaussian(mean, covariance=cov), mean, cov
+
+
+def funnel_target(dim=10, scale=1.0):
+    """A hierarchical posterior with a log-scale parameter (Neal's funnel): v ~ N(0, scale^2),
+    x_k | v ~ N(0, e^v) for k = 1..dim-1; E v = 0, Var v = scale^2, E x_k^2 = e^(scale^2/2)."""
+    def funnel_logp_and_grad(q):
+        v, x = q[0], q[1:]
+        with np.errstate(over="ignore"):
+            precision = np.exp(-v)
+        squares = float(np.dot(x, x))
+        gradient = np.empty_like(q)
+        gradient[0] = -v / scale**2 + 0.5 * squares * precision - 0.5 * (dim - 1)
+        gradient[1:] = -x * precision
+        return -0.5 * v * v / scale**2 - 0.5 * squares * precision - 0.5 * (dim - 1) * v, gradient
+    return Target(None, logp_and_grad=funnel_logp_and_grad, dim=dim)
