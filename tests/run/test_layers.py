@@ -86,6 +86,17 @@ def test_low_floors_import_no_sampler(module):
                 ("rnshmc", "rnshmc.demos", "rnshmc.papers", "rnshmc.__main__")], sorted(below)
 
 
+@pytest.mark.parametrize("module", ["rnshmc.samplers", "rnshmc.experiments"])
+def test_the_library_does_not_import_the_papers_or_the_command_line(module):
+    """rnshmc.papers (the papers' settings), the demos and the command line sit on top: the
+    samplers and the comparison helpers they use import none of them."""
+    graph = import_graph()
+    below = reachable(graph, module) | {m for m in graph if m.startswith(module + ".")}
+    for name in list(below):
+        below |= reachable(graph, name)
+    assert not below & {"rnshmc.papers", "rnshmc.demos", "rnshmc.__main__"}, sorted(below)
+
+
 def test_the_graph_sees_a_circle():
     """The check itself: a circle made on purpose is found."""
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}

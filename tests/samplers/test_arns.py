@@ -135,7 +135,7 @@ def test_thread_and_process_pools_give_the_serial_draws():
 
 
 @pytest.mark.parametrize("share", [False, True])
-def test_after_every_install_the_chain_caches_the_new_surrogate(share, correlated_gaussian):
+def test_after_every_install_the_chain_caches_the_new_surrogate(share):
     """An install changes the dynamics' surrogate under a running chain: its cached potential
     and gradient must be the new weights' before the next trajectory (with the old ones, that
     trajectory is not a reversible map of the new surrogate and the test is not exact).
