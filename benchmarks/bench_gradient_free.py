@@ -123,7 +123,7 @@ def tinyda_row(model, explored, seconds, draws, seed, scale):
     chains, accepted = [], []
     start = time.perf_counter()
     for state in explored:
-        surrogate = rnshmc.RandomNetworkSurrogate.from_state(state.extras["surrogate"])
+        surrogate = rnshmc.RandomNetworkSurrogate.from_state(state.parts["fit"].surrogate)
         coarse = tinyDA.Posterior(Flat(), Identity(),
                                   lambda q, s=surrogate: np.array([s.log_density(q)]))
         adaptive = scale is None

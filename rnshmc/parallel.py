@@ -177,7 +177,7 @@ def _main_module_hidden():
     ``__file__``) as ``__mp_main__``: a user's script without an ``if __name__ ==
     "__main__":`` guard would sample again in every worker and fail. The chains' workers need
     only rnshmc and the target's own module (a target with functions of ``__main__`` is
-    not run in processes, see ``ChainSampler._pool``)."""
+    not run in processes, see ``rnshmc.samplers._execution.chain_pool``)."""
     import sys
     main = sys.modules.get("__main__")
     saved = {key: main.__dict__[key] for key in ("__spec__", "__file__")

@@ -9,7 +9,7 @@ import scipy.linalg
 from scipy.linalg.blas import dnrm2, dsyrk
 
 from ._kernels._online import OnlineLeastSquares
-from ._kernels._surrogate import ACTIVATIONS, NetworkTarget, hidden_layer
+from ._kernels._surrogate import NetworkTarget, hidden_layer
 from .parallel import blas_limits
 
 __all__ = ["RandomNetworkSurrogate"]

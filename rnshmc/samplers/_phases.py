@@ -286,7 +286,42 @@ def start_step_size(run, chain, given, target_accept):
         chain.step_size = given
 
 
-class HMCExploration(HMCPhase):
+class TrainingWindow:
+    """What an exploration phase shares: its length, the final ``n_train`` iterations that
+    train the surrogate (None: all but the first fifth, the papers' protocol scaled to the
+    exploration), and the check that the chain moved in them."""
+
+    KIND = "exploration"  # its name in messages
+
+    def __init__(self, n_train):
+        self.n_train = None if n_train is None else check_integer(n_train, "n_train", 1)
+
+    def length(self, n_explore):
+        """The exploration's iterations, checked against ``n_train``."""
+        n_explore = check_integer(n_explore, "tune (exploration iterations)", minimum=2)
+        n_train = n_explore - n_explore // 5 if self.n_train is None else self.n_train
+        if n_train > n_explore:
+            raise ValueError(f"n_train ({n_train}) exceeds the exploration length ({n_explore})")
+        return n_explore
+
+    def window(self, state):
+        """The training window: a slice of the exploration's iterations."""
+        n_explore = state.phase_length("exploration")
+        n_train = n_explore - n_explore // 5 if self.n_train is None else self.n_train
+        return slice(n_explore - n_train, n_explore)
+
+    def check_moved(self, state, sampler_name):
+        """Raise RuntimeError if the window has no accepted move; else its acceptance rate."""
+        accepted = state.outputs["exploration"]["records"]["accepted"][self.window(state)]
+        if not accepted.any():
+            raise RuntimeError(
+                f"{sampler_name} chain {state.chain}: the {self.KIND} accepted no move in its "
+                f"last {accepted.size} iterations, so there is nothing to fit a surrogate to. "
+                f"{self.ADVICE}")
+        return float(accepted.mean())
+
+
+class HMCExploration(TrainingWindow, HMCPhase):
     """Exact HMC whose states (with potentials and gradients) are a surrogate's training data.
 
     Parameters
@@ -300,30 +335,20 @@ class HMCExploration(HMCPhase):
         gradient), or the chain states (repeated rows from rejections included).
     """
 
+    KIND = "exact-HMC exploration"
+    ADVICE = ("Its step size or mass matrix is unsuitable: give a smaller step_size, a longer "
+              "exploration, or let the exploration adapt (step_size=None).")
+
     def __init__(self, leapfrog, n_train=None, training_data="trajectories"):
+        if training_data not in ("states", "trajectories"):
+            raise ValueError(f"training_data must be 'states' or 'trajectories', got "
+                             f"{training_data!r}")
         keep = ("samples", "records", "gradients")
         if training_data == "trajectories":
             keep += ("trajectory",)
-        super().__init__("exploration", leapfrog, adapt=True, keep=keep)
-        self.n_train, self.training_data = n_train, training_data
-
-    def window(self, state):
-        """The training window: a slice of the exploration's iterations."""
-        n_explore = state.phase_length(self.name)
-        n_train = n_explore - n_explore // 5 if self.n_train is None else self.n_train
-        return slice(n_explore - n_train, n_explore)
-
-    def check_moved(self, state, sampler_name):
-        """Raise RuntimeError if the window has no accepted move; else its acceptance rate."""
-        accepted = state.outputs[self.name]["records"]["accepted"][self.window(state)]
-        if not accepted.any():
-            raise RuntimeError(
-                f"{sampler_name} chain {state.chain}: the exact-HMC exploration accepted no "
-                f"move in its last {accepted.size} iterations, so there is nothing to fit a "
-                "surrogate to. Its step size or mass matrix is unsuitable: give a smaller "
-                "step_size, a longer exploration, or let the exploration adapt "
-                "(step_size=None).")
-        return float(accepted.mean())
+        HMCPhase.__init__(self, "exploration", leapfrog, adapt=True, keep=keep)
+        TrainingWindow.__init__(self, n_train)
+        self.training_data = training_data
 
     def training_rows(self, state):
         """The window's training rows: (Q, U, gradients)."""
@@ -478,7 +503,7 @@ class ProposalState(PartState):
     scale: float
 
 
-class MetropolisExploration(MetropolisPhase):
+class MetropolisExploration(TrainingWindow, MetropolisPhase):
     """Adaptive Metropolis whose evaluations are a surrogate's training data (values only).
 
     Parameters
@@ -492,24 +517,17 @@ class MetropolisExploration(MetropolisPhase):
         state potential plus its range), or the chain states.
     """
 
+    KIND = "adaptive-Metropolis exploration"
+    ADVICE = "Give a longer exploration (tune) or a better init."
+
     def __init__(self, target_accept, n_train=None, training_data="evaluations"):
-        super().__init__("exploration", target_accept, adapting=True,
-                         keep=("samples", "records", "proposals"))
-        self.n_train, self.training_data = n_train, training_data
-
-    def window(self, state):
-        n_explore = state.phase_length(self.name)
-        n_train = n_explore - n_explore // 5 if self.n_train is None else self.n_train
-        return slice(n_explore - n_train, n_explore)
-
-    def check_moved(self, state, sampler_name):
-        accepted = state.outputs[self.name]["records"]["accepted"][self.window(state)]
-        if not accepted.any():
-            raise RuntimeError(
-                f"{sampler_name} chain {state.chain}: the adaptive-Metropolis exploration "
-                f"accepted no move in its last {accepted.size} iterations, so there is nothing "
-                "to fit a surrogate to: give a longer exploration (tune) or a better init.")
-        return float(accepted.mean())
+        if training_data not in ("evaluations", "states"):
+            raise ValueError(f"training_data must be 'evaluations' or 'states', got "
+                             f"{training_data!r}")
+        MetropolisPhase.__init__(self, "exploration", target_accept, adapting=True,
+                                 keep=("samples", "records", "proposals"))
+        TrainingWindow.__init__(self, n_train)
+        self.training_data = training_data
 
     def end(self, run, chain):
         # the adapted proposal: reported, and the sampling phase's inverse mass matrix unless
@@ -569,6 +587,15 @@ class SurrogateSettings:
                             weight_scale=weight_scale, whiten=whiten)
         self.values_weight_scale = values_weight_scale
         RandomNetworkSurrogate(2, n_hidden=2, rng=0, **self.options)  # checks the options
+
+    @classmethod
+    def from_group(cls, n_hidden, group, values_weight_scale=None):
+        """The settings of a sampler's ``surrogate=`` group (a dict; its other keys, such as
+        ``n_train``, are the exploration's)."""
+        network = {k: group[k] for k in ("nodes", "activation", "ridge", "weight_scale",
+                                         "whiten") if k in group}
+        return cls(n_hidden, **network, gradient_weight=group.get("gradient_weight", 1.0),
+                   values_weight_scale=values_weight_scale)
 
     def hidden_units(self, dim):
         """The hidden units for a ``dim``-dimensional target: ``n_hidden``, or with "auto"

@@ -5,12 +5,13 @@ import math
 
 import numpy as np
 
-from ..validation import check_group, check_integer, check_real, moved_arguments
+from ..validation import check_group, check_real, moved_arguments
 from ._base import Sampler
 from ._phases import (LeapfrogSettings, MetropolisExploration, MetropolisPhase, PilotKernel,
                       SurrogateFit, SurrogateSampling, SurrogateSettings)
 from ._result import user_stacklevel, warn_if_acceptance_collapsed
-from .rns import NETWORK_KEYS, check_n_steps, check_step_cost, surrogate_group
+from .rns import (NETWORK_KEYS, check_n_steps, check_step_cost, earlier_tune,
+                  surrogate_group)
 
 __all__ = ["GradientFreeRNSHMC", "AdaptiveMetropolis"]
 
@@ -203,9 +204,7 @@ class GradientFreeRNSHMC(Sampler):
         super().__init__(target)
         moved = moved_arguments(type(self).__name__, deprecated, MOVED, user_stacklevel())
         n_steps = moved.get(None, {}).get("n_steps", n_steps)
-        self.n_explore = moved.get("sample", {}).get("tune")
-        if self.n_explore is not None:
-            self.n_explore = check_integer(self.n_explore, "n_explore", 2)
+        self.n_explore = earlier_tune(moved)
         surrogate = surrogate_group(surrogate, moved.get("surrogate"), SURROGATE_KEYS)
         n_hidden = surrogate.pop("n_hidden", n_hidden)
         explore = dict(check_group(explore, "explore", ("target_accept",)),
@@ -215,21 +214,15 @@ class GradientFreeRNSHMC(Sampler):
         self.leapfrog = LeapfrogSettings(step_size, n_steps if n_steps != "auto" else PILOT_STEPS,
                                          jitter, mass_matrix, inverse_mass_matrix, False,
                                          target_accept, max_energy_error, dim=self.dim)
-        self.surrogate_settings = SurrogateSettings(
-            n_hidden, **{k: surrogate[k] for k in NETWORK_KEYS if k in surrogate},
-            gradient_weight=0.0, values_weight_scale=VALUES_WEIGHT_SCALE)
-        self.n_train = surrogate.get("n_train")
-        if self.n_train is not None:
-            self.n_train = check_integer(self.n_train, "n_train", 1)
-        training_data = surrogate.get("training_data", "evaluations")
-        if training_data not in ("evaluations", "states"):
-            raise ValueError(f"training_data must be 'evaluations' or 'states', got "
-                             f"{training_data!r}")
+        self.surrogate_settings = SurrogateSettings.from_group(
+            n_hidden, dict(surrogate, gradient_weight=0.0),
+            values_weight_scale=VALUES_WEIGHT_SCALE)
         self.explore_accept = check_real(explore.get("target_accept", 0.234),
                                          "explore target_accept", lower=0.0, upper=1.0)
         self.share_surrogate = bool(share_surrogate)
         self.delayed_acceptance = bool(delayed_acceptance)
-        exploration = MetropolisExploration(self.explore_accept, self.n_train, training_data)
+        exploration = MetropolisExploration(self.explore_accept, surrogate.get("n_train"),
+                                            surrogate.get("training_data", "evaluations"))
         self.fit = SurrogateFit(self.name, exploration, self.surrogate_settings,
                                 self.share_surrogate, PilotKernel(self.leapfrog, n_steps),
                                 step_cost=check_step_cost(surrogate.get("step_cost", "auto")),
@@ -242,11 +235,8 @@ class GradientFreeRNSHMC(Sampler):
     def plan(self, draws, tune, chains, dim):
         if tune == "auto":
             tune = self.exploration_length(dim, chains if self.share_surrogate else 1)
-        n_explore = tune if self.n_explore is None else self.n_explore
-        n_explore = check_integer(n_explore, "tune (exploration iterations)", minimum=2)
-        n_train = n_explore - n_explore // 5 if self.n_train is None else self.n_train
-        if n_train > n_explore:
-            raise ValueError(f"n_train ({n_train}) exceeds the exploration length ({n_explore})")
+        n_explore = self.fit.exploration.length(tune if self.n_explore is None
+                                                else self.n_explore)
         self.leapfrog.check_chains(chains)
         return [["exploration", n_explore], ["training", 0], ["sampling", draws]]
 

@@ -12,9 +12,7 @@ from ._phases import (FixedKernel, HMCExploration, HMCPhase, LeapfrogSettings, R
                       RiemannianSurrogatePhase, SurrogateFit, SurrogateSettings,
                       riemannian_report)
 from ._result import user_stacklevel, warn_if_acceptance_collapsed
-from .rns import EXPLORE_KEYS, NETWORK_KEYS, surrogate_group
-
-from .rns import EXPLORE_KEYS, NETWORK_KEYS, surrogate_group
+from .rns import EXPLORE_KEYS, NETWORK_KEYS, earlier_tune, surrogate_group
 
 __all__ = ["RMHMC", "RNSRMHMC"]
 
@@ -300,16 +298,10 @@ class RNSRMHMC(Sampler):
             fixed_point_tol, max_fixed_point_iterations, softabs)
         self.solver = dict(tol=tol, max_iterations=iterations, newton=bool(newton))
         self.n_adapt = check_integer(n_adapt, "n_adapt", minimum=1)
-        self.n_explore = moved.get("sample", {}).get("tune")
-        if self.n_explore is not None:
-            self.n_explore = check_integer(self.n_explore, "n_explore", 2)
-        self.n_train = surrogate.get("n_train")
-        if self.n_train is not None:
-            self.n_train = check_integer(self.n_train, "n_train", 1)
-        settings = SurrogateSettings(
-            n_hidden, **{k: surrogate[k] for k in NETWORK_KEYS if k in surrogate},
-            gradient_weight=surrogate.get("gradient_weight", 1.0))
-        exploration = HMCExploration(self.leapfrog, self.n_train, training_data="states")
+        self.n_explore = earlier_tune(moved)
+        settings = SurrogateSettings.from_group(n_hidden, surrogate)
+        exploration = HMCExploration(self.leapfrog, surrogate.get("n_train"),
+                                     training_data="states")
         self.fit = SurrogateFit(self.name, exploration, settings, share=False,
                                 kernel=FixedKernel(self.sampling_leapfrog.n_steps),
                                 jitter=self.leapfrog.jitter)
@@ -322,11 +314,8 @@ class RNSRMHMC(Sampler):
                                                             after_adaptation=adapting)}
 
     def plan(self, draws, tune, chains, dim):
-        n_explore = tune if self.n_explore is None else self.n_explore
-        n_explore = check_integer(n_explore, "tune (exploration iterations)", minimum=2)
-        n_train = n_explore - n_explore // 5 if self.n_train is None else self.n_train
-        if n_train > n_explore:
-            raise ValueError(f"n_train ({n_train}) exceeds the exploration length ({n_explore})")
+        n_explore = self.fit.exploration.length(tune if self.n_explore is None
+                                                else self.n_explore)
         self.leapfrog.check_chains(chains)
         self.sampling_leapfrog.check_chains(chains)
         phases = [["exploration", n_explore], ["training", 0], ["sampling", draws]]

@@ -200,9 +200,7 @@ class RNSHMC(Sampler):
         super().__init__(target)
         moved = moved_arguments(type(self).__name__, deprecated, MOVED, user_stacklevel())
         n_steps = moved.get(None, {}).get("n_steps", n_steps)
-        self.n_explore = moved.get("sample", {}).get("tune")
-        if self.n_explore is not None:
-            self.n_explore = check_integer(self.n_explore, "n_explore", 2)
+        self.n_explore = earlier_tune(moved)
         surrogate = surrogate_group(surrogate, moved.get("surrogate"))
         n_hidden = surrogate.pop("n_hidden", n_hidden)
         explore = dict(check_group(explore, "explore", EXPLORE_KEYS), **moved.get("explore", {}))
@@ -222,31 +220,19 @@ class RNSHMC(Sampler):
         self.sampling_step_size = (None if step_size is None
                                    else check_per_chain_real(step_size, "step_size"))
         self.jitter = bool(jitter)
-        self.surrogate_settings = SurrogateSettings(
-            n_hidden, **{k: surrogate[k] for k in NETWORK_KEYS if k in surrogate},
-            gradient_weight=surrogate.get("gradient_weight", 1.0))
-        self.n_train = surrogate.get("n_train")
-        if self.n_train is not None:
-            self.n_train = check_integer(self.n_train, "n_train", 1)
-        training_data = surrogate.get("training_data", "trajectories")
-        if training_data not in ("states", "trajectories"):
-            raise ValueError(f"training_data must be 'states' or 'trajectories', got "
-                             f"{training_data!r}")
+        self.surrogate_settings = SurrogateSettings.from_group(n_hidden, surrogate)
         self.trust = None if trust is False else TrustWatch(**trust)
         self.delayed_acceptance = bool(delayed_acceptance)
         self.share_surrogate = bool(share_surrogate)
-        self.exploration = HMCExploration(self.leapfrog, self.n_train, training_data)
+        self.exploration = HMCExploration(self.leapfrog, surrogate.get("n_train"),
+                                          surrogate.get("training_data", "trajectories"))
         self.kernel = ExplorationKernel(check_n_steps(n_steps, self.leapfrog.n_steps),
                                         self.sampling_step_size)
         self.step_cost_setting = check_step_cost(surrogate.get("step_cost", "auto"))
         self.fit, self.phases = surrogate_hmc_phases(self)
 
     def plan(self, draws, tune, chains, dim):
-        n_explore = tune if self.n_explore is None else self.n_explore
-        n_explore = check_integer(n_explore, "tune (exploration iterations)", minimum=2)
-        n_train = n_explore - n_explore // 5 if self.n_train is None else self.n_train
-        if n_train > n_explore:
-            raise ValueError(f"n_train ({n_train}) exceeds the exploration length ({n_explore})")
+        n_explore = self.exploration.length(tune if self.n_explore is None else self.n_explore)
         self.leapfrog.check_chains(chains)
         if self.sampling_step_size is not None and np.ndim(self.sampling_step_size) \
                 and len(self.sampling_step_size) != chains:
@@ -309,6 +295,12 @@ def surrogate_hmc_phases(sampler, online=None):
     sampling = SurrogateSampling(fit, sampler.leapfrog, sampler.delayed_acceptance,
                                  sampler.trust, online, jitter=sampler.jitter)
     return fit, {"exploration": sampler.exploration, "training": fit, "sampling": sampling}
+
+
+def earlier_tune(moved):
+    """The exploration length given by the deprecated ``n_explore`` (None if not), checked."""
+    n_explore = moved.get("sample", {}).get("tune")
+    return None if n_explore is None else check_integer(n_explore, "n_explore", minimum=2)
 
 
 def check_n_steps(n_steps, default):

@@ -3,9 +3,8 @@ targets, spawned processes for Python callables from a module, serially otherwis
 threads limited per worker; Dask runs them on a LocalCluster bound to loopback; the same rng
 gives the same draws whatever runs the chains."""
 import os
-import sys
 import warnings
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
