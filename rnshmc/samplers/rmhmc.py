@@ -6,7 +6,8 @@ import warnings
 import numpy as np
 
 from .._kernels._integrators import GeneralizedLeapfrog
-from .._kernels._riemann import CallableMetric, GaussNewtonMetric, LinearPredictorMetric
+from .._kernels._fem import GaussNewtonMetric
+from .._kernels._riemann import CallableMetric, LinearPredictorMetric
 from .._kernels._transition import Chain
 from ..adaptation import initial_step_size
 from ..surrogate import RandomNetworkSurrogate
