@@ -29,9 +29,10 @@ import numpy as np
 
 import rnshmc
 from _timing import ratio_line, rounds, timed, verdict  # benchmarks/ is on sys.path
+from rnshmc._kernels._chain import TRANSITION
 from rnshmc._kernels._integrators import Leapfrog
 from rnshmc._kernels._metrics import EuclideanMetric
-from rnshmc._kernels._transition import TRANSITION, Chain
+from rnshmc._kernels._transition import Chain
 from rnshmc.experiments import compare, format_table, summarize
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))

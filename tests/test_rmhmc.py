@@ -8,10 +8,11 @@ from scipy import special
 import rnshmc
 from rnshmc import RMHMC, RNSRMHMC, Target
 from rnshmc.experiments import summarize
+from rnshmc._kernels._chain import TRANSITION
 from rnshmc._kernels._integrators import GeneralizedLeapfrog, Leapfrog
 from rnshmc._kernels._metrics import EuclideanMetric
 from rnshmc._kernels._riemann import CallableMetric, LinearPredictorMetric
-from rnshmc._kernels._transition import TRANSITION, Chain
+from rnshmc._kernels._transition import Chain
 from rnshmc.targets import as_ctarget
 
 FUNNEL_SD = 1.5  # v ~ N(0, 1.5^2), x | v ~ N(0, e^v)

@@ -24,9 +24,10 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .._kernels._chain import TRANSITION
 from .._kernels._integrators import Leapfrog
 from .._kernels._metrics import EuclideanMetric
-from .._kernels._transition import TRANSITION, Chain
+from .._kernels._transition import Chain
 from ..adaptation import WarmupSchedule, initial_step_size, regularized_variance, terminal_buffer
 from ..checkpoint import ChainState, checkpoint_interval, generator_from_json, generator_to_json
 from ..results import SampleResult
@@ -500,7 +501,7 @@ class ChainSampler:
         states = [state for state, _ in outcomes]
         errors = [error for _, error in outcomes if error is not None]
         if errors:
-            from .._kernels._transition import StopRequested
+            from .._kernels._chain import StopRequested
             error = next((e for e in errors if not isinstance(e, StopRequested)), errors[0])
             error.states = states
             raise error
@@ -858,7 +859,7 @@ class _Guarded:
         self.run, self.stop = run, stop
 
     def __call__(self, state):
-        from .._kernels._transition import StopRequested
+        from .._kernels._chain import StopRequested
         if self.stop[0]:
             return state, StopRequested("not started: another chain failed or the run was "
                                         "interrupted")

@@ -6,9 +6,9 @@ import warnings
 
 import numpy as np
 
+from .._kernels._chain import TRANSITION
 from .._kernels._metropolis import MetropolisChain
 from .._kernels._targets import PotentialOnly
-from .._kernels._transition import TRANSITION
 from ..adaptation import WarmupSchedule, initial_step_size, terminal_buffer
 from ..targets import as_ctarget, target_dim
 from ..validation import check_real
