@@ -243,13 +243,14 @@ cdef class GeneralizedLeapfrog(Integrator):
                    const double* p, const double* grad, double* v, double half,
                    double* scratch, TrajectoryInfo* info) except -1 nogil:
         """Solve one implicit equation of the step for ``current``, which holds the first
-        iterate: p' of step 1 (MOMENTUM: from the start self.p0 with ``grad`` at q), or q' of
-        step 2 (POSITION: from self.q0 and self.v0 = G(q)^{-1} p', with p = p'), by the
-        iterations of ``advance``, at most max_iterations.
-        Returns 0 when solved (or, with tol None, when the iterations are done), 1 when the
-        trajectory ends here (a divergence, a metric undefined or not positive definite at
-        an iterate, a singular Newton system, an unconverged solve: ``info`` says which).
-        Both equations share it so that they stop, count and report alike."""
+        iterate: p' of step 1 (MOMENTUM: from the start self.p0, with ``grad`` at q), or q'
+        of step 2 (POSITION: from self.q0 and self.v0 = G(q)^{-1} p', with p = p'), by at
+        most max_iterations iterations of ``advance`` (algorithms.md section 5).
+
+        Returns 0 when solved (with tol None: when the iterations are done), or 1 when the
+        trajectory ends here: a divergence, a metric undefined or not positive definite at an
+        iterate, a singular Newton system or an unconverged solve (``info`` says which). The
+        two equations share it so that they stop, count and report alike."""
         cdef Py_ssize_t k, i
         cdef int status, outcome
         cdef double relative = 0.0
