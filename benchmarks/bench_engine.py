@@ -138,7 +138,8 @@ def loop_overhead(args, gaussian):
     # imported here: section 6 runs this script on the old engine too, which lacks them
     from rnshmc._kernels._integrators import Leapfrog
     from rnshmc._kernels._metrics import EuclideanMetric
-    from rnshmc._kernels._transition import TRANSITION, Chain
+    from rnshmc._kernels._chain import TRANSITION
+    from rnshmc._kernels._transition import Chain
     d = gaussian.dim
     print("\n4. C loop overhead per leapfrog step beyond the gradient (Gaussian target, d=50)")
     chain = Chain(gaussian._ctarget, metric=EuclideanMetric(d), integrator=Leapfrog())

@@ -51,9 +51,10 @@ import numpy as np
 import rnshmc
 from _timing import ratio_line, timed  # benchmarks/ is on sys.path
 from rnshmc import papers
+from rnshmc._kernels._chain import TRANSITION
 from rnshmc._kernels._integrators import GeneralizedLeapfrog
 from rnshmc._kernels._riemann import LinearPredictorMetric
-from rnshmc._kernels._transition import TRANSITION, Chain
+from rnshmc._kernels._transition import Chain
 from rnshmc.experiments import compare, find_mode, format_table
 
 PROBLEMS = papers.PROBLEMS

@@ -30,7 +30,8 @@ from _timing import ratio_line, rounds, timed, verdict  # benchmarks/ is on sys.
 from rnshmc._kernels._integrators import Leapfrog
 from rnshmc._kernels._metrics import EuclideanMetric
 from rnshmc import papers
-from rnshmc._kernels._transition import TRANSITION, Chain
+from rnshmc._kernels._chain import TRANSITION
+from rnshmc._kernels._transition import Chain
 from rnshmc.experiments import compare, format_table, summarize
 
 TARGETS = {"simulated": 2.0, "bank": 5.0, "a9a": 2.0}

@@ -12,8 +12,7 @@ C loop takes the GIL around each call, so exceptions propagate with their traceb
 """
 import numpy as np
 
-from ._kernels._metropolis import PotentialOnly
-from ._kernels._targets import CTarget, PyCallableTarget
+from ._kernels._targets import CTarget, PotentialOnly, PyCallableTarget
 
 __all__ = ["Target", "as_ctarget", "without_gradient"]
 

@@ -17,7 +17,8 @@ from scipy import special, stats
 from rnshmc import HMC, Target, diagnostics
 from rnshmc._kernels._integrators import Leapfrog
 from rnshmc._kernels._metrics import EuclideanMetric
-from rnshmc._kernels._transition import TRANSITION, Chain
+from rnshmc._kernels._chain import TRANSITION
+from rnshmc._kernels._transition import Chain
 from rnshmc.targets import as_ctarget
 
 

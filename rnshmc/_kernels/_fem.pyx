@@ -11,8 +11,9 @@ is precomputed by ``rnshmc.fem``; an assembly is then one multiply-add per store
 linear map of theta (a Karhunen-Loeve basis), u is observed through a sparse interpolation
 operator, U = |y - u_obs|^2 / (2 s_y^2) + |theta|^2 / (2 s_theta^2), and the gradient costs
 one adjoint solve with the same factor plus an element contraction. Its ``gauss_newton``
-(declared in _fem.pxd, so that Riemannian samplers can cimport it) gives the Gauss-Newton
-metric J^T J / s_y^2 + I / s_theta^2 and its derivatives, again with the one factor.
+gives the Gauss-Newton metric J^T J / s_y^2 + I / s_theta^2 and its derivatives, again with the
+one factor; ``GaussNewtonMetric`` is that metric behind the Riemannian metric interface (it
+lives beside the model, so that the metrics and integrators load no model).
 """
 from libc.math cimport exp, INFINITY, NAN
 from libc.string cimport memcpy, memset
@@ -21,6 +22,7 @@ import numpy as np
 
 from ._blas cimport RowMajor, NoTrans, Trans, Upper, Lower, _axpy, _dot, _gemm, _syrk
 from ._lapack cimport _pbtrf, _pbtrs
+from ._riemann cimport TensorMetric
 from ._targets cimport CTarget
 
 cdef double DBL_MAX = 1.7976931348623157e308
@@ -698,3 +700,30 @@ cdef class EllipticPDETarget(CTarget):
             for r in range(repeats):
                 self.gauss_newton(&qv[0], &G[0], dG_ptr, &work[0])
         return (perf_counter() - start) / max(repeats, 1)
+
+
+cdef class GaussNewtonMetric(TensorMetric):
+    """The Gauss-Newton (Fisher) metric of the elliptic PDE model, J^T J / noise_sd^2 +
+    I / prior_sd^2 with its derivatives from second-order sensitivities, all solves on one
+    banded factorisation (``EllipticPDETarget.gauss_newton``).
+
+    Parameters
+    ----------
+    model : EllipticPDETarget
+        The C target of an ``rnshmc.models.EllipticPDE`` (shared; the work buffer is this
+        object's).
+    softabs : float
+    """
+    cdef EllipticPDETarget model
+    cdef object _work
+    cdef double* work
+
+    def __init__(self, EllipticPDETarget model, double softabs=0.0):
+        super().__init__(model.dim, softabs, "the Gauss-Newton metric")
+        self.model = model
+        self._work = np.zeros(max(model.metric_work_size, 1))
+        cdef double[::1] w = self._work
+        self.work = &w[0]
+
+    cdef int compute_derivatives(self, const double* q, double* G, double* dG) except -1 nogil:
+        return self.model.gauss_newton(q, G, dG, self.work)

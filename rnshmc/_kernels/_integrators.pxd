@@ -13,6 +13,11 @@ cdef struct TrajectoryInfo:
     Py_ssize_t iterations       # fixed-point iterations of the implicit solves (0 if explicit)
     double log_jacobian         # log |det d(proposal)/d(start)|: 0 for symplectic maps
 
+# the two implicit equations of a generalized leapfrog step (GeneralizedLeapfrog.solve)
+cdef enum ImplicitEquation:
+    MOMENTUM    # p' = p - eps/2 [grad U(q) + grad 1/2 log det G(q) - nu(q, p')/2]
+    POSITION    # q' = q + eps/2 [G(q)^{-1} + G(q')^{-1}] p'
+
 cdef class Integrator:
     # integrates the dynamics of a position-dependent (Riemannian) metric; the chain then
     # updates the metric at the start point before run() and reads its log-determinant
@@ -60,6 +65,9 @@ cdef class GeneralizedLeapfrog(Integrator):
     cdef int advance(self, RiemannianMetric g, double* current, const double* v, double sign,
                      double half, TrajectoryInfo* info, double* relative) except -1 nogil
     cdef void metric_failed(self, int status, TrajectoryInfo* info) noexcept nogil
+    cdef int solve(self, RiemannianMetric g, ImplicitEquation equation, double* current,
+                   const double* p, const double* grad, double* v, double half,
+                   double* scratch, TrajectoryInfo* info) except -1 nogil
     cdef int momentum_update(self, RiemannianMetric g, const double* start, double* p,
                              const double* grad, double* v, double half) except -1 nogil
     cdef int run_riemannian(self, CTarget target, RiemannianMetric g, double* scratch, double* q,

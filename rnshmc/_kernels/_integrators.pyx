@@ -94,7 +94,8 @@ cdef inline double distance(Py_ssize_t n, const double* a, const double* b) noex
 cdef class GeneralizedLeapfrog(Integrator):
     """The generalized (Störmer-Verlet) leapfrog of RMHMC for H = U + 1/2 log det G + K.
 
-    One step of size eps from (q, p), with the metric factorised at q (algorithms.md sec. 5):
+    One step of size eps from (q, p), with the metric factorised at q
+    (docs/algorithms.md section 5):
 
     1. p' = p - eps/2 [grad U(q) + grad 1/2 log det G(q) - nu(q, p')/2], implicit in p';
     2. q' = q + eps/2 [G(q)^{-1} + G(q')^{-1}] p', implicit in q';
@@ -239,6 +240,47 @@ cdef class GeneralizedLeapfrog(Integrator):
             self.x[i] = start[i] - half * (grad[i] + g.grad_hld[i] - 0.5 * self.nu[i])
         return 0
 
+    cdef int solve(self, RiemannianMetric g, ImplicitEquation equation, double* current,
+                   const double* p, const double* grad, double* v, double half,
+                   double* scratch, TrajectoryInfo* info) except -1 nogil:
+        """Solve one implicit equation of the step for ``current``, which holds the first
+        iterate: p' of step 1 (MOMENTUM: from the start self.p0, with ``grad`` at q), or q'
+        of step 2 (POSITION: from self.q0 and self.v0 = G(q)^{-1} p', with p = p'), by at
+        most max_iterations iterations of ``advance`` (docs/algorithms.md section 5).
+
+        Returns 0 when solved (with tol None: when the iterations are done), or 1 when the
+        trajectory ends here: a divergence, a metric undefined or not positive definite at an
+        iterate, a singular Newton system or an unconverged solve (``info`` says which). The
+        two equations share it so that they stop, count and report alike."""
+        cdef Py_ssize_t k, i
+        cdef int status, outcome
+        cdef double relative = 0.0
+        cdef bint converged = False
+        for k in range(self.max_iterations):
+            # self.x = the equation's map at current
+            if equation == MOMENTUM:
+                self.momentum_update(g, self.p0, current, grad, v, half)
+            else:
+                status = g.update(current, scratch)
+                if status != 0:
+                    self.metric_failed(status, info)
+                    return 1
+                g.velocity(p, v)
+                for i in range(self.dim):
+                    self.x[i] = self.q0[i] + half * (self.v0[i] + v[i])
+            outcome = self.advance(g, current, v, -1.0 if equation == MOMENTUM else 1.0, half,
+                                   info, &relative)
+            if outcome == 2:
+                return 1
+            if outcome == 1:
+                converged = True
+                break
+        info.residual = max(info.residual, relative)
+        if self.tol >= 0.0 and not converged:
+            info.converged = False
+            return 1
+        return 0
+
     cdef int run(self, CTarget target, Metric metric, double* scratch, double* q, double* p,
                  double* grad, double* v, double step_size, Py_ssize_t n_steps,
                  bint want_potential, double* U_end, double* kinetic_end,
@@ -251,10 +293,10 @@ cdef class GeneralizedLeapfrog(Integrator):
                             double* p, double* grad, double* v, double step_size,
                             Py_ssize_t n_steps, bint want_potential, double* U_end,
                             double* kinetic_end, TrajectoryInfo* info) except -1 nogil:
-        cdef Py_ssize_t step, k, i, d = self.dim
-        cdef int status, outcome
-        cdef double half = 0.5 * step_size, U = NAN, relative = 0.0
-        cdef bint last, converged, checked = self.tol >= 0.0
+        cdef Py_ssize_t step, i, d = self.dim
+        cdef int status
+        cdef double half = 0.5 * step_size, U = NAN
+        cdef bint last
         cdef size_t bytes = d * sizeof(double)
         info.converged = True
         info.residual = 0.0
@@ -269,42 +311,14 @@ cdef class GeneralizedLeapfrog(Integrator):
             info.n_steps = step + 1
             # 1. implicit momentum half-step
             memcpy(self.p0, p, bytes)
-            converged = False
-            for k in range(self.max_iterations):
-                self.momentum_update(g, self.p0, p, grad, v, half)
-                outcome = self.advance(g, p, v, -1.0, half, info, &relative)
-                if outcome == 2:
-                    return 0
-                if outcome == 1:
-                    converged = True
-                    break
-            info.residual = max(info.residual, relative)
-            if checked and not converged:
-                info.converged = False
+            if self.solve(g, MOMENTUM, p, p, grad, v, half, scratch, info) != 0:
                 return 0
             # 2. implicit position step
             g.velocity(p, self.v0)
             memcpy(self.q0, q, bytes)
             for i in range(d):
                 q[i] = self.q0[i] + step_size * self.v0[i]
-            converged = False
-            for k in range(self.max_iterations):
-                status = g.update(q, scratch)
-                if status != 0:
-                    self.metric_failed(status, info)
-                    return 0
-                g.velocity(p, v)
-                for i in range(d):
-                    self.x[i] = self.q0[i] + half * (self.v0[i] + v[i])
-                outcome = self.advance(g, q, v, 1.0, half, info, &relative)
-                if outcome == 2:
-                    return 0
-                if outcome == 1:
-                    converged = True
-                    break
-            info.residual = max(info.residual, relative)
-            if checked and not converged:
-                info.converged = False
+            if self.solve(g, POSITION, q, p, grad, v, half, scratch, info) != 0:
                 return 0
             status = g.update(q, scratch)
             if status != 0:

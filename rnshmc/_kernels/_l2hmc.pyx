@@ -1,4 +1,5 @@
-"""L2HMC's augmented leapfrog (Levy, Hoffman and Sohl-Dickstein 2018; algorithms.md sec. 7).
+"""L2HMC's augmented leapfrog (Levy, Hoffman and Sohl-Dickstein 2018;
+docs/algorithms.md section 7).
 
 State (x, v, d) with the direction d in {-1, +1}. Step t of T, with the fixed binary mask m_t
 (mbar_t = 1 - m_t) and the time features tau_t = (cos 2 pi t / T, sin 2 pi t / T), forward
@@ -537,7 +538,7 @@ cdef class TransformedTarget(CTarget):
 
 
 cdef class Trainer(AugmentedLeapfrog):
-    """The loss of L2HMC (algorithms.md sec. 7) over batches of trajectories, its gradient
+    """The loss of L2HMC (docs/algorithms.md section 7) over batches of trajectories, its gradient
     with respect to the flat parameter vector by a reverse pass written by hand, and Adam.
 
     For a start (x, v, d) and its proposal (x', v') with log-Jacobian J, the acceptance

@@ -18,32 +18,29 @@ with Haario et al.'s 2001 empirical covariance):
 
 The adaptation stops after ``n_adapt`` transitions; with ``adapt`` off the kernel is a fixed
 random-walk Metropolis kernel. Like ``_transition.Chain`` (whose Python interface this
-follows, so the chain driver runs either): the chain owns every buffer, ``run`` makes many
-transitions in one ``nogil`` block, writes one ``TRANSITION`` record per transition, polls a
-stop flag after each and Python's signal handlers every few milliseconds, and
-``get_state``/``set_state`` carry everything (adaptation included) so a continued chain
-repeats the uninterrupted one bit for bit.
+follows, so the chain driver runs either), it is a ``_chain.BaseChain``: the base's ``run``
+makes many transitions in one ``nogil`` block, writes one ``TRANSITION`` record per
+transition and stops on the stop flag or a signal as every chain does; this chain owns every
+buffer, and ``get_state``/``set_state`` carry everything (adaptation included) so a continued
+chain repeats the uninterrupted one bit for bit.
 """
-from cpython.exc cimport PyErr_CheckSignals
 from libc.math cimport exp, pow, sqrt, isfinite, NAN
 from libc.string cimport memcpy
-from libc.time cimport clock, clock_t, CLOCKS_PER_SEC
 
 import numpy as np
 
 from ._blas cimport RowMajor, Lower
+from ._chain cimport BaseChain, RunSettings, Transition
 from ._lapack cimport _potrf
-from ._random cimport bitgen_t, get_bitgen, random_standard_normal_fill, random_standard_uniform
+from ._random cimport bitgen_t, random_standard_normal_fill, random_standard_uniform
 from ._targets cimport CTarget
-
-from ._transition import SIGNAL_CHECK_SECONDS, StopRequested
 
 # the Robbins-Monro step of log s after k adaptive transitions: k^-SCALE_DECAY (in (1/2, 1]:
 # a vanishing adaptation that still moves s by orders of magnitude in a hundred transitions)
 cdef double SCALE_DECAY = 0.6
 
 
-cdef class MetropolisChain:
+cdef class MetropolisChain(BaseChain):
     """State and transitions of one random-walk Metropolis chain (internal; see the module
     docstring).
 
@@ -67,21 +64,14 @@ cdef class MetropolisChain:
         Of the scale's adaptation, in (0, 1).
     """
     cdef readonly CTarget test
-    cdef readonly Py_ssize_t dim
-    cdef public double step_size
     cdef readonly bint adapt
     cdef readonly long long n_adapt
     cdef double target_accept
-    cdef public long long n_density_evals
-    cdef public long long n_gradient_evals   # always 0: the interface of _transition.Chain
-    cdef readonly Py_ssize_t completed
-    cdef readonly bint has_state
     cdef object _window_ends
     cdef const long long[::1] window_ends
-    # state: position, potential, proposal; adaptation counters and accumulators
+    # state: position, potential, proposal (q and q_new: the base's; no gradient, and
+    # n_gradient_evals stays 0); adaptation counters and accumulators
     cdef object _vectors   # q, q_new, z, window mean, delta
-    cdef double* q
-    cdef double* q_new
     cdef double* z
     cdef double* mean
     cdef double* delta
@@ -92,14 +82,11 @@ cdef class MetropolisChain:
     cdef object _scratch
     cdef double* scratch
     cdef double U
-    cdef double U_proposal
     cdef long long adapted          # adaptive transitions made
     cdef long long scale_count      # since the last covariance install
     cdef long long window_count
     cdef long long window_accepted
     cdef readonly long long windows_done
-    cdef volatile int* stop_flag
-    cdef object _stop_flag
 
     def __init__(self, CTarget test, covariance, double step_size, bint adapt=False,
                  long long n_adapt=0, window_ends=(), double target_accept=0.234):
@@ -132,7 +119,6 @@ cdef class MetropolisChain:
         self.scratch = &s[0]
         self.set_covariance(covariance)
         self.has_state = False
-        self.stop_flag = NULL
 
     def set_covariance(self, covariance):
         """Make ``covariance`` (dim, dim), symmetric positive definite, the proposal's."""
@@ -225,24 +211,17 @@ cdef class MetropolisChain:
         self.windows_done = int(state["windows_done"])
         self.has_state = True
 
-    def set_stop_flag(self, flag):
-        """As ``_transition.Chain.set_stop_flag``."""
-        if flag is None:
-            self.stop_flag, self._stop_flag = NULL, None
-            return
-        if not (isinstance(flag, np.ndarray) and flag.dtype == np.int32 and flag.size == 1):
-            raise TypeError("the stop flag must be an int32 ndarray of one element")
-        cdef int[::1] view = flag.reshape(1)
-        self._stop_flag = flag
-        self.stop_flag = &view[0]
-
     # ------------------------------------------------------------------------------------------
     # the transition and the adaptation
 
-    cdef int transition(self, bitgen_t* bitgen, double* prob_out, bint* accepted,
-                        bint* diverged) except -1 nogil:
+    cdef int transition(self, bitgen_t* bitgen, const RunSettings* settings,
+                        Transition* record) except -1 nogil:
+        """One proposal and its test, then (while adapting) the adaptation; the record's
+        energy is the potential, its n_steps 1."""
         cdef Py_ssize_t i, j, d = self.dim
         cdef double U_new, prob, Lz
+        cdef bint accepted, diverged
+        record.step_size = self.step_size  # the scale this proposal is drawn with
         random_standard_normal_fill(bitgen, d, self.z)
         # q_new = q + s L z, L lower triangular (a loop, not BLAS dtrmv: OpenBLAS threads it
         # from d = 20 on, at ~100 us per call on a busy machine against 0.2 us here)
@@ -253,14 +232,23 @@ cdef class MetropolisChain:
             self.q_new[i] = self.q[i] + self.step_size * Lz
         self.test.potential(self.q_new, &U_new, self.scratch)
         self.n_density_evals += 1
-        diverged[0] = not isfinite(U_new)
-        prob = 0.0 if diverged[0] else (1.0 if U_new <= self.U else exp(self.U - U_new))
-        accepted[0] = random_standard_uniform(bitgen) < prob
-        prob_out[0] = prob
-        self.U_proposal = NAN if diverged[0] else U_new
-        if accepted[0]:
+        diverged = not isfinite(U_new)
+        prob = 0.0 if diverged else (1.0 if U_new <= self.U else exp(self.U - U_new))
+        accepted = random_standard_uniform(bitgen) < prob
+        self.U_proposal = NAN if diverged else U_new
+        if accepted:
             memcpy(self.q, self.q_new, self.dim * sizeof(double))
             self.U = U_new
+        if self.adapt and self.adapted < self.n_adapt:
+            self.adapt_after(prob, accepted)
+        record.log_density = -self.U
+        record.energy = self.U
+        record.accept_prob = prob
+        record.accepted = accepted
+        record.diverging = diverged
+        record.n_steps = 1
+        record.solver_iterations = 0
+        record.solver_failed = 0
         return 0
 
     cdef void adapt_after(self, double prob, bint accepted) noexcept nogil:
@@ -325,92 +313,12 @@ cdef class MetropolisChain:
                 self.m2[i * d + j] = 0.0
 
     # ------------------------------------------------------------------------------------------
+    # the run loop's hooks (the loop is BaseChain.run)
 
-    def run(self, generator, Py_ssize_t n_iter, Py_ssize_t n_steps, bint jitter,
-            double[:, ::1] samples, records, gradients=None, bint adapt_step_size=False,
-            bint accumulate_variance=False, trajectory=None, trajectory_ends=None,
-            double[:, ::1] proposals=None):
-        """Run ``n_iter`` transitions, writing row ``i`` of each output for transition ``i``
-        (the signature of ``_transition.Chain.run``, for the chain driver).
-
-        ``samples`` (n_iter, dim) and ``records`` (n_iter,) of dtype ``TRANSITION`` (energy:
-        the potential; n_steps: 1) are preallocated by the caller; ``proposals`` (n_iter,
-        dim + 1), if given, receives each proposal and its potential (NaN where not finite).
-        ``n_steps`` and ``jitter`` are ignored (one random-walk step); the chain adapts by its
-        own settings, so the driver's HMC adaptation flags, gradients and trajectories are
-        refused.
-        """
-        if not self.has_state:
-            raise RuntimeError("set_position must be called before run")
-        if adapt_step_size or accumulate_variance or gradients is not None \
-                or trajectory is not None or trajectory_ends is not None:
+    cdef int check_run(self, Py_ssize_t n_iter, const RunSettings* settings, bint gradients,
+                       bint trajectory) except -1:
+        # n_steps and jitter are ignored: one random-walk step
+        if settings.adapt_step_size or settings.accumulate_variance or gradients or trajectory:
             raise ValueError("a random-walk Metropolis chain has no gradients, trajectories or "
                              "HMC adaptation (it adapts by its own settings)")
-        if (samples.shape[0] < n_iter or samples.shape[1] != self.dim or len(records) < n_iter
-                or (proposals is not None and (proposals.shape[0] < n_iter
-                                               or proposals.shape[1] != self.dim + 1))):
-            raise ValueError("output buffers are too small")
-        self.completed = 0
-        if n_iter == 0:
-            return
-        cdef double[:] log_density = records["log_density"]
-        cdef double[:] accept_prob = records["accept_prob"]
-        cdef double[:] energy = records["energy"]
-        cdef double[:] step_size = records["step_size"]
-        cdef unsigned char[:] accepted = records["accepted"]
-        cdef unsigned char[:] diverging = records["diverging"]
-        bit_generator = generator.bit_generator
-        cdef bitgen_t* bitgen = get_bitgen(bit_generator)
-        cdef double* proposal_rows = NULL if proposals is None else &proposals[0, 0]
-        cdef Py_ssize_t it
-        cdef double prob
-        cdef bint accept, diverged
-        cdef clock_t interval = <clock_t> (SIGNAL_CHECK_SECONDS * CLOCKS_PER_SEC)
-        cdef clock_t last_check = clock()
-        try:
-            with bit_generator.lock, nogil:
-                for it in range(n_iter):
-                    if self.stop_flag != NULL and self.stop_flag[0] != 0:
-                        break
-                    if clock() - last_check > interval:
-                        with gil:  # raises the handler's exception (KeyboardInterrupt)
-                            PyErr_CheckSignals()
-                        last_check = clock()
-                    step_size[it] = self.step_size
-                    self.transition(bitgen, &prob, &accept, &diverged)
-                    if self.adapt and self.adapted < self.n_adapt:
-                        self.adapt_after(prob, accept)
-                    self.completed = it + 1
-                    memcpy(&samples[it, 0], self.q, self.dim * sizeof(double))
-                    log_density[it] = -self.U
-                    energy[it] = self.U
-                    accept_prob[it] = prob
-                    accepted[it] = accept
-                    diverging[it] = diverged
-                    if proposal_rows != NULL:
-                        memcpy(&proposal_rows[it * (self.dim + 1)],
-                               self.q if accept else self.q_new, self.dim * sizeof(double))
-                        proposal_rows[it * (self.dim + 1) + self.dim] = self.U_proposal
-        finally:
-            done = slice(0, self.completed)
-            records["n_steps"][done] = 1
-            records["solver_iterations"][done] = 0
-            records["solver_failed"][done] = 0
-        if self.completed < n_iter:
-            raise StopRequested("stopped: another chain failed or the run was interrupted")
-
-
-cdef class PotentialOnly(CTarget):
-    """A target's potential without its gradient (asking for one raises): a model seen as a
-    gradient-free one, e.g. to check that a sampler never asks for a gradient."""
-    cdef readonly CTarget inner
-
-    def __init__(self, CTarget inner):
-        super().__init__(inner.dim, inner.scratch_size)
-        self.inner = inner
-
-    def __reduce__(self):
-        return (PotentialOnly, (self.inner,))
-
-    cdef int potential(self, const double* q, double* U, double* scratch) except -1 nogil:
-        return self.inner.potential(q, U, scratch)
+        return 0

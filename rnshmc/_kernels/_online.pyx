@@ -1,7 +1,7 @@
 """Least-squares output weights updated one training row at a time (ARNS-HMC).
 
 Greville's recursion for the pseudo-inverse (Zhang, Shahbaba and Zhao 2017, Proposition 1;
-algorithms.md section 6): for rows h_j (hidden-unit vectors) and targets t_j seen so far,
+docs/algorithms.md section 6): for rows h_j (hidden-unit vectors) and targets t_j seen so far,
 stacked as H and T, keep v = H^+ T, Theta = H^+ H^{+T} and Phi = I - H^+ H (the projector onto
 the orthogonal complement of the rows' span). A new row h with target t costs O(s^2):
 

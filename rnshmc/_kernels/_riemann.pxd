@@ -48,3 +48,16 @@ cdef class RiemannianMetric(Metric):
     cdef int compute(self, const double* q, double* G) except -1 nogil
     cdef int factorize(self) except -1 nogil
     cdef int not_positive(self, int minor) noexcept nogil
+
+
+cdef class TensorMetric(RiemannianMetric):
+    # a dense metric whose partial derivatives come as d matrices; subclasses (a user's
+    # callables here, the PDE model's Gauss-Newton metric in _fem) fill them in
+    cdef double* dG          # d * d * d: dG[i] = dG/dq_i (of the raw metric)
+    cdef double* M           # SoftAbs: Q^T dG[i] Q; else unused
+    cdef double* Ginv
+    cdef double* Gtmp
+    cdef object _tensors
+    # G (d*d, both triangles) at q and, if dG != NULL, its partial derivatives into dG; 0, or
+    # 1 where G is not defined there
+    cdef int compute_derivatives(self, const double* q, double* G, double* dG) except -1 nogil

@@ -1,5 +1,5 @@
 """Riemannian metrics G(q) behind the metric interface, with the derivative terms of the
-generalized leapfrog (algorithms.md section 5):
+generalized leapfrog (docs/algorithms.md section 5):
 
     H(q, p) = U(q) + 1/2 log det G(q) + 1/2 p^T G(q)^{-1} p,
     grad_i (1/2 log det G) = 1/2 tr(G^{-1} dG/dq_i),   nu_i(q, p) = r^T (dG/dq_i) r, r = G^{-1} p.
@@ -27,24 +27,19 @@ Two families:
   kappa_j = v_j a''(pre_j); logistic regression: kappa = pi (1 - pi)). Every pass over A runs
   in blocks of rows with BLAS 3.
 * ``TensorMetric``: G and all dG/dq_i given as dense arrays (a user's callables, or the PDE's
-  Gauss-Newton metric computed in C): O(d^3) per position, O(d^3) per nu.
+  Gauss-Newton metric computed in C, ``_fem.GaussNewtonMetric``): O(d^3) per position, O(d^3)
+  per nu.
 """
 from libc.math cimport exp, log, sqrt, fabs, tanh, sinh, isfinite
 from libc.string cimport memcmp, memcpy, memset
 
 import numpy as np
 
+from ._activations cimport activation_curvature, activation_kinds, activation_third
 from ._blas cimport (RowMajor, Lower, Upper, NoTrans, Trans, Left, Right, _dot, _axpy, _scal,
                      _gemv, _gemm, _symv, _syrk, _trmv, _trsv, _trsm)
-from ._fem cimport EllipticPDETarget
 from ._lapack cimport _potrf, _syev
 from ._random cimport bitgen_t, get_bitgen, random_standard_normal_fill
-
-cdef extern from "_activations.h":
-    double activation_curvature "rnshmc_curvature" (int kind, double x) noexcept nogil
-    double activation_third "rnshmc_third" (int kind, double x) noexcept nogil
-
-from ._surrogate import ACTIVATIONS
 
 # rows of A per block of the passes over A (the block's scratch stays in cache)
 DEF BLOCK_ROWS = 256
@@ -367,10 +362,11 @@ cdef class LinearPredictorMetric(RiemannianMetric):
             raise ValueError("rows must be a non-empty 2-d array")
         super().__init__(A.shape[1], diagonal, softabs, description)
         self.m = A.shape[0]
+        kinds = activation_kinds()
         if curvature == "logistic":
             self.kind = LOGISTIC
-        elif curvature in ACTIVATIONS and curvature != "exp":
-            self.kind = ACTIVATIONS[curvature]
+        elif curvature in kinds and curvature != "exp":
+            self.kind = kinds[curvature]
         else:
             raise ValueError(f"unknown curvature {curvature!r}")
         if self.kind != LOGISTIC and weights is None:
@@ -538,11 +534,7 @@ cdef class LinearPredictorMetric(RiemannianMetric):
 cdef class TensorMetric(RiemannianMetric):
     """A dense metric whose partial derivatives come as d matrices (abstract: subclasses fill
     them in ``compute_derivatives``)."""
-    cdef double* dG          # d * d * d: dG[i] = dG/dq_i (of the raw metric)
-    cdef double* M           # SoftAbs: Q^T dG[i] Q; else unused
-    cdef double* Ginv
-    cdef double* Gtmp
-    cdef object _tensors
+    # attributes declared in _riemann.pxd (so that the PDE model's metric can subclass it)
 
     def __init__(self, Py_ssize_t dim, double softabs=0.0, str description="the metric"):
         super().__init__(dim, False, softabs, description)
@@ -665,29 +657,3 @@ cdef class CallableMetric(TensorMetric):
         memcpy(dG, &dv[0, 0, 0], d * d * d * sizeof(double))
         return 0
 
-
-cdef class GaussNewtonMetric(TensorMetric):
-    """The Gauss-Newton (Fisher) metric of the elliptic PDE model, J^T J / noise_sd^2 +
-    I / prior_sd^2 with its derivatives from second-order sensitivities, all solves on one
-    banded factorisation (``EllipticPDETarget.gauss_newton``).
-
-    Parameters
-    ----------
-    model : EllipticPDETarget
-        The C target of an ``rnshmc.models.EllipticPDE`` (shared; the work buffer is this
-        object's).
-    softabs : float
-    """
-    cdef EllipticPDETarget model
-    cdef object _work
-    cdef double* work
-
-    def __init__(self, EllipticPDETarget model, double softabs=0.0):
-        super().__init__(model.dim, softabs, "the Gauss-Newton metric")
-        self.model = model
-        self._work = np.zeros(max(model.metric_work_size, 1))
-        cdef double[::1] w = self._work
-        self.work = &w[0]
-
-    cdef int compute_derivatives(self, const double* q, double* G, double* dG) except -1 nogil:
-        return self.model.gauss_newton(q, G, dG, self.work)

@@ -12,25 +12,11 @@ whitening into W and bias (the Python front end does this), so they never transf
 """
 import numpy as np
 
+from ._activations cimport activation_kinds, activation_table, weighted_slopes, weighted_values
 from ._blas cimport RowMajor, Lower, NoTrans, Trans, _gemv, _gemm, _trmv, _dot, _axpy
 from ._targets cimport CTarget
 
-cdef extern from "_activations.h":
-    enum:
-        RNSHMC_SOFTPLUS
-        RNSHMC_SIGMOID
-        RNSHMC_TANH
-        RNSHMC_EXP
-    void weighted_slopes "rnshmc_weighted_slopes" (
-        int kind, const double* pre, const double* v, Py_ssize_t n, double* coef) noexcept nogil
-    double weighted_values "rnshmc_weighted_values" (
-        int kind, const double* pre, const double* v, Py_ssize_t n) noexcept nogil
-    void activation_table "rnshmc_activation_table" (
-        int kind, const double* pre, Py_ssize_t n, double* values, double* slopes,
-        double* curvatures) noexcept nogil
-
-ACTIVATIONS = {"softplus": RNSHMC_SOFTPLUS, "sigmoid": RNSHMC_SIGMOID, "tanh": RNSHMC_TANH,
-               "exp": RNSHMC_EXP}
+ACTIVATIONS = activation_kinds()
 
 
 def hidden_layer(str activation, const double[:, ::1] X, const double[:, ::1] W,

@@ -191,3 +191,19 @@ cdef class PyCallableTarget(CTarget):
             for i in range(self.dim):
                 grad[i] = -g[i]
         return 0
+
+
+cdef class PotentialOnly(CTarget):
+    """A target's potential without its gradient (asking for one raises): a model seen as a
+    gradient-free one, e.g. to check that a sampler never asks for a gradient."""
+    cdef readonly CTarget inner
+
+    def __init__(self, CTarget inner):
+        super().__init__(inner.dim, inner.scratch_size)
+        self.inner = inner
+
+    def __reduce__(self):
+        return (PotentialOnly, (self.inner,))
+
+    cdef int potential(self, const double* q, double* U, double* scratch) except -1 nogil:
+        return self.inner.potential(q, U, scratch)

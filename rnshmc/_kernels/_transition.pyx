@@ -29,53 +29,21 @@ momentum flip is a deterministic, volume-preserving involution for each number o
 satisfies detailed balance for exp(-H).
 
 The chain owns every mutable buffer (state, proposal, scratch of both targets), so targets can
-be shared between threads. ``run`` performs many transitions in one ``nogil`` block and writes
-one ``TRANSITION`` record per transition.
+be shared between threads. The run loop, its outputs (one ``TRANSITION`` record per
+transition) and the stop flag are the chain base's (``_chain.BaseChain``); a ``Chain`` is its
+transition and its state.
 """
-from cpython.exc cimport PyErr_CheckSignals
 from libc.math cimport exp, log, pow, sqrt, isfinite, INFINITY, NAN
 from libc.stdint cimport int64_t
 from libc.string cimport memcpy
-from libc.time cimport clock, clock_t, CLOCKS_PER_SEC
 
 import numpy as np
 
+from ._chain cimport BaseChain, RunSettings, Transition
 from ._integrators cimport Integrator, Leapfrog, TrajectoryInfo
 from ._metrics cimport Metric
 from ._random cimport bitgen_t, get_bitgen, random_standard_uniform, random_interval
 from ._targets cimport CTarget
-
-# Stopping early. A chain's loop polls its stop flag (``set_stop_flag``: an int shared by the
-# chains of one run) after each transition and stops when it is set (by the run's main thread
-# on Ctrl-C, or by a chain that failed, so that the others stop within a transition); and every
-# SIGNAL_CHECK_SECONDS of processor time it takes the GIL to let Python run its signal
-# handlers (effective in the main thread only, where a Ctrl-C arrives). Either way the loop
-# stops between two transitions, with the chain's state whole and ``completed`` saying how
-# many transitions were made.
-SIGNAL_CHECK_SECONDS = 0.005
-
-
-class StopRequested(KeyboardInterrupt):
-    """A chain loop stopped because request_stop was called (another chain failed or was
-    interrupted)."""
-
-
-# One record per transition (a C struct; the NumPy dtype below has the same layout).
-cdef struct Transition:
-    double log_density       # of the test target at the chain's state after the transition
-    double accept_prob       # the Metropolis acceptance probability (product of both stages)
-    double energy            # H of the state after the transition (test target's potential)
-    double step_size         # the step size used
-    int64_t n_steps          # integrator steps taken
-    int64_t solver_iterations
-    unsigned char accepted
-    unsigned char diverging
-    unsigned char solver_failed
-
-TRANSITION = np.dtype([
-    ("log_density", "f8"), ("accept_prob", "f8"), ("energy", "f8"), ("step_size", "f8"),
-    ("n_steps", "i8"), ("solver_iterations", "i8"), ("accepted", "u1"), ("diverging", "u1"),
-    ("solver_failed", "u1")], align=True)
 
 
 cdef struct DualAveraging:
@@ -100,7 +68,7 @@ cdef inline double dual_averaging_update(DualAveraging* da, double accept_prob) 
     return exp(da.log_step)
 
 
-cdef class Chain:
+cdef class Chain(BaseChain):
     """State and transitions of one chain (internal; the samplers build it).
 
     Parameters
@@ -125,34 +93,21 @@ cdef class Chain:
     cdef bint same_target
     cdef readonly bint delayed_acceptance
     cdef bint need_dynamics_potential
-    cdef readonly Py_ssize_t dim
     cdef double max_energy_error
-    # state and proposal buffers in one array (pointers swapped on acceptance), and the
-    # scratch of whichever target is evaluated (one at a time)
+    # state and proposal buffers in one array (pointers q, grad, q_new and grad_new swapped on
+    # acceptance), and the scratch of whichever target is evaluated (one at a time); with a
+    # shared target, every gradient evaluation counts as a density evaluation too
     cdef object _buffer
     cdef object _scratch
-    cdef double* q
-    cdef double* grad
-    cdef double* q_new
     cdef double* grad_new
     cdef double* p
     cdef double* v
     cdef double* scratch
     cdef double U_dyn
     cdef double U_test
-    cdef double U_proposal   # the test potential of the last proposal (NaN: not evaluated)
-    cdef readonly bint has_state
-    cdef public double step_size
-    # n_density_evals counts evaluations of the test target (with a shared target, every
-    # gradient evaluation is one too); n_gradient_evals counts gradients of the dynamics target.
-    cdef public long long n_density_evals
-    cdef public long long n_gradient_evals
     cdef public long long n_solver_failures
     cdef readonly Py_ssize_t trajectory_rows   # rows written by the last run's trajectory record
-    cdef readonly Py_ssize_t completed         # transitions made by the last run (all of them
-                                               # unless it was stopped early)
-    cdef volatile int* stop_flag               # nonzero: stop (NULL: no flag)
-    cdef object _stop_flag
+    cdef Leapfrog recorder                     # the integrator, while a run records trajectories
     # a Riemannian metric's evaluations (G, and its derivative terms) are counted by the metric
     # object; these offsets let a restored state continue its counts
     cdef long long metric_evals_offset
@@ -202,7 +157,6 @@ cdef class Chain:
         self.var_mean, self.var_m2 = &var[0, 0], &var[1, 0]
         self.has_state = False
         self.step_size = NAN
-        self.stop_flag = NULL
 
     # ------------------------------------------------------------------------------------------
     # state
@@ -388,7 +342,7 @@ cdef class Chain:
             self.n_density_evals += info.n_gradients
         return 0
 
-    cdef int transition(self, bitgen_t* bitgen, Py_ssize_t n_steps, bint jitter,
+    cdef int transition(self, bitgen_t* bitgen, const RunSettings* settings,
                         Transition* record) except -1 nogil:
         cdef Py_ssize_t length
         cdef double kinetic0, H0, dH, dH_dyn, U_dyn_new, U_test_new, kinetic_new, prob
@@ -398,7 +352,8 @@ cdef class Chain:
         self.prepare_metric()
         self.metric.draw_momentum(bitgen, self.p)
         self.integrator.begin(bitgen)
-        length = <Py_ssize_t> random_interval(bitgen, n_steps - 1) + 1 if jitter else n_steps
+        length = (<Py_ssize_t> random_interval(bitgen, settings.n_steps - 1) + 1
+                  if settings.jitter else settings.n_steps)
         kinetic0 = self.metric.kinetic(self.p, self.v)
         H0 = self.U_test + kinetic0
         self.trajectory(length, &U_dyn_new, &kinetic_new, &info)
@@ -452,6 +407,11 @@ cdef class Chain:
             record.accepted = 0
             record.energy = H0
         record.log_density = -self.U_test
+        # warm-up adaptation, from what the transition recorded
+        if settings.adapt_step_size:
+            self.step_size = dual_averaging_update(&self.da, record.accept_prob)
+        if settings.accumulate_variance:
+            self.add_to_variance()
         return 0
 
     cdef void add_to_variance(self) noexcept nogil:
@@ -464,132 +424,45 @@ cdef class Chain:
             self.var_m2[i] += delta * (self.q[i] - self.var_mean[i])
 
     # ------------------------------------------------------------------------------------------
-    # Python entry points
+    # the run loop's hooks (the loop is BaseChain.run)
 
-    def set_stop_flag(self, flag):
-        """Watch ``flag`` (an int32 ndarray of one element, shared with other chains; None:
-        none): ``run`` stops after the transition during which it became nonzero and raises
-        :class:`StopRequested`."""
-        if flag is None:
-            self.stop_flag, self._stop_flag = NULL, None
-            return
-        if not (isinstance(flag, np.ndarray) and flag.dtype == np.int32 and flag.size == 1):
-            raise TypeError("the stop flag must be an int32 ndarray of one element")
-        cdef int[::1] view = flag.reshape(1)
-        self._stop_flag = flag
-        self.stop_flag = &view[0]
-
-    def run(self, generator, Py_ssize_t n_iter, Py_ssize_t n_steps, bint jitter,
-            double[:, ::1] samples, Transition[::1] records, double[:, ::1] gradients=None,
-            bint adapt_step_size=False, bint accumulate_variance=False,
-            double[:, ::1] trajectory=None, Py_ssize_t[::1] trajectory_ends=None,
-            double[:, ::1] proposals=None):
-        """Run ``n_iter`` transitions, writing row ``i`` of each output for transition ``i``.
-
-        Outputs are preallocated by the caller (no allocation here): ``samples`` (n_iter, dim),
-        ``records`` (n_iter,) of dtype ``TRANSITION``, and, if given, ``gradients`` (n_iter,
-        dim), which receives the dynamics gradient at each kept state (the exact gradient for
-        plain HMC: training data for a surrogate). ``generator`` is a
-        ``numpy.random.Generator`` whose bit generator is locked for the whole call.
-        ``adapt_step_size`` updates the step size by dual averaging after every transition;
-        ``accumulate_variance`` adds every kept position to the running variance.
-        ``trajectory`` (rows, 2 dim + 1), leapfrog only: every leapfrog step's (q, U, grad U)
-        is written to its rows in order, while they last (the potential is then evaluated with
-        the gradient at every step; no evaluation is counted twice: a model's gradient counts
-        as a density evaluation already); ``trajectory_rows`` tells how many were written,
-        and ``trajectory_ends`` (n_iter,), if given, receives the rows written up to the end of
-        each transition (a trajectory cut short by a non-finite value records fewer rows than
-        its steps). ``proposals`` (n_iter, dim + 1), if given, receives each transition's
-        proposal and its exact (test) potential, NaN where the test did not evaluate it (a
-        divergence of the dynamics, a failed implicit solve, a stage-1 rejection).
-        """
-        if not self.has_state:
-            raise RuntimeError("set_position must be called before run")
-        if n_iter < 0 or n_steps < 1 or not (self.step_size > 0.0 and isfinite(self.step_size)):
+    cdef int check_run(self, Py_ssize_t n_iter, const RunSettings* settings, bint gradients,
+                       bint trajectory) except -1:
+        if n_iter < 0 or settings.n_steps < 1 or not (self.step_size > 0.0
+                                                       and isfinite(self.step_size)):
             raise ValueError("need n_iter >= 0, n_steps >= 1 and a finite step_size > 0")
-        if (samples.shape[0] < n_iter or samples.shape[1] != self.dim or records.shape[0] < n_iter
-                or (gradients is not None and (gradients.shape[0] < n_iter
-                                               or gradients.shape[1] != self.dim))
-                or (proposals is not None and (proposals.shape[0] < n_iter
-                                               or proposals.shape[1] != self.dim + 1))):
-            raise ValueError("output buffers are too small")
-        if adapt_step_size and self.da.target_accept == 0.0:
+        if settings.adapt_step_size and self.da.target_accept == 0.0:
             raise RuntimeError("restart_step_size_adaptation must be called before adapting")
-        self.completed = 0
-        if n_iter == 0:
-            return
-        cdef Leapfrog recorder = None
-        self.trajectory_rows = 0
-        if trajectory is not None:
-            if not isinstance(self.integrator, Leapfrog):
-                raise ValueError("only the leapfrog records trajectories")
-            if trajectory.shape[1] != 2 * self.dim + 1:
-                raise ValueError(f"trajectory must have {2 * self.dim + 1} columns")
-            recorder = <Leapfrog> self.integrator
-            if trajectory.shape[0] > 0:
-                recorder.record = &trajectory[0, 0]
-            recorder.record_capacity = trajectory.shape[0]
-            recorder.record_count = 0
-        cdef Py_ssize_t* ends = NULL
-        if trajectory_ends is not None:
-            if recorder is None or trajectory_ends.shape[0] < n_iter:
-                raise ValueError("trajectory_ends needs a trajectory and n_iter entries")
-            ends = &trajectory_ends[0]
-        bit_generator = generator.bit_generator
-        cdef bitgen_t* bitgen = get_bitgen(bit_generator)
-        cdef double* gradient_rows = NULL if gradients is None else &gradients[0, 0]
-        cdef double* proposal_rows = NULL if proposals is None else &proposals[0, 0]
-        try:
-            self.run_loop(bit_generator, bitgen, n_iter, n_steps, jitter, samples, records,
-                          gradient_rows, adapt_step_size, accumulate_variance, ends,
-                          proposal_rows)
-        finally:
-            if recorder is not None:
-                self.trajectory_rows = recorder.record_count
-                recorder.record = NULL
-                recorder.record_capacity = recorder.record_count = 0
-
-    cdef int run_loop(self, object bit_generator, bitgen_t* bitgen, Py_ssize_t n_iter,
-                      Py_ssize_t n_steps, bint jitter, double[:, ::1] samples,
-                      Transition[::1] records, double* gradient_rows, bint adapt_step_size,
-                      bint accumulate_variance, Py_ssize_t* ends,
-                      double* proposal_rows) except -1:
-        cdef Py_ssize_t it
-        cdef clock_t interval = <clock_t> (SIGNAL_CHECK_SECONDS * CLOCKS_PER_SEC)
-        cdef clock_t last_check = clock()
-        cdef int signalled = 0
-        with bit_generator.lock, nogil:
-            for it in range(n_iter):
-                if self.stop_flag != NULL and self.stop_flag[0] != 0:
-                    break
-                if clock() - last_check > interval:
-                    with gil:
-                        signalled = PyErr_CheckSignals()
-                    if signalled != 0:
-                        break
-                    last_check = clock()
-                self.transition(bitgen, n_steps, jitter, &records[it])
-                self.completed = it + 1
-                memcpy(&samples[it, 0], self.q, self.dim * sizeof(double))
-                if proposal_rows != NULL:
-                    # an accepted proposal is the new state; a rejected one is left in q_new
-                    memcpy(&proposal_rows[it * (self.dim + 1)],
-                           self.q if records[it].accepted else self.q_new,
-                           self.dim * sizeof(double))
-                    proposal_rows[it * (self.dim + 1) + self.dim] = self.U_proposal
-                if gradient_rows != NULL:
-                    memcpy(&gradient_rows[it * self.dim], self.grad, self.dim * sizeof(double))
-                if adapt_step_size:
-                    self.step_size = dual_averaging_update(&self.da, records[it].accept_prob)
-                if accumulate_variance:
-                    self.add_to_variance()
-                if ends != NULL:
-                    ends[it] = (<Leapfrog> self.integrator).record_count
-        if signalled != 0:
-            return -1  # the signal handler's exception (KeyboardInterrupt) is set
-        if self.completed < n_iter:
-            raise StopRequested("stopped: another chain failed or the run was interrupted")
         return 0
+
+    cdef int start_recording(self, object trajectory) except -1:
+        cdef double[:, ::1] rows
+        self.trajectory_rows = 0
+        if trajectory is None:
+            return 0
+        if not isinstance(self.integrator, Leapfrog):
+            raise ValueError("only the leapfrog records trajectories")
+        rows = trajectory
+        if rows.shape[1] != 2 * self.dim + 1:
+            raise ValueError(f"trajectory must have {2 * self.dim + 1} columns")
+        self.recorder = <Leapfrog> self.integrator
+        if rows.shape[0] > 0:
+            self.recorder.record = &rows[0, 0]
+        self.recorder.record_capacity = rows.shape[0]
+        self.recorder.record_count = 0
+        self.recorded = &self.recorder.record_count
+        return 0
+
+    cdef void stop_recording(self) noexcept:
+        if self.recorder is not None:
+            self.trajectory_rows = self.recorder.record_count
+            self.recorder.record = NULL
+            self.recorder.record_capacity = self.recorder.record_count = 0
+            self.recorder = None
+        self.recorded = NULL
+
+    # ------------------------------------------------------------------------------------------
+    # Python entry points
 
     def energy_error_of_one_step(self, generator, double step_size):
         """Energy error H(end) - H(start) of a single step with a fresh momentum.

@@ -13,7 +13,7 @@ import time
 import numpy as np
 
 from .._kernels._targets import PyCallableTarget
-from .._kernels._transition import StopRequested
+from .._kernels._chain import StopRequested
 from ..parallel import (blas_limits, interruptible, local_pool, map_chains,
                         runs_in_other_processes, threads_per_chain)
 from ..targets import as_ctarget

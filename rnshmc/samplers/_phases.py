@@ -22,7 +22,8 @@ import numpy as np
 from .._kernels._integrators import GeneralizedLeapfrog, Leapfrog
 from .._kernels._metrics import EuclideanMetric
 from .._kernels._metropolis import MetropolisChain
-from .._kernels._transition import TRANSITION, Chain
+from .._kernels._chain import TRANSITION
+from .._kernels._transition import Chain
 from ..adaptation import (WarmupSchedule, initial_step_size, regularized_variance,
                           terminal_buffer, trajectory_length_for_min_ess)
 from ..state import PartState, generator_from_json, generator_to_json

@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from .._kernels._transition import TRANSITION
+from .._kernels._chain import TRANSITION
 from ..adaptation import WarmupSchedule, terminal_buffer
 from ..state import generator_from_json, generator_to_json
 from ._progress import Progress

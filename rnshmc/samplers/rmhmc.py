@@ -3,7 +3,8 @@ RNS-RMHMC: the generalized leapfrog on a random-network surrogate's potential an
 metric, with the exact Metropolis test (Zhang, Shahbaba and Zhao 2017; ``docs/algorithms.md``)."""
 import warnings
 
-from .._kernels._riemann import CallableMetric, GaussNewtonMetric, LinearPredictorMetric
+from .._kernels._fem import GaussNewtonMetric
+from .._kernels._riemann import CallableMetric, LinearPredictorMetric
 from ..models import EllipticPDE, LogisticRegression
 from ..targets import as_ctarget
 from ..validation import check_group, check_integer, check_real, moved_arguments

@@ -202,7 +202,7 @@ def test_callable_metric_bad_output():
 @pytest.mark.parametrize("softabs", [0.0, 0.5])
 def test_gauss_newton_metric(element, softabs):
     import rnshmc
-    from rnshmc._kernels._riemann import GaussNewtonMetric
+    from rnshmc._kernels._fem import GaussNewtonMetric
     from rnshmc.targets import as_ctarget
     model = rnshmc.models.EllipticPDE(n=8, element=element, n_modes=4, rng=0)
     metric = GaussNewtonMetric(as_ctarget(model, 4), softabs=softabs)

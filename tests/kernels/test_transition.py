@@ -15,10 +15,11 @@ import pytest
 from scipy import stats
 
 from rnshmc import Target
+from rnshmc._kernels._chain import TRANSITION
 from rnshmc._kernels._integrators import Leapfrog
 from rnshmc._kernels._metrics import EuclideanMetric
 from rnshmc._kernels._targets import PyCallableTarget
-from rnshmc._kernels._transition import TRANSITION, Chain
+from rnshmc._kernels._transition import Chain
 from rnshmc.targets import as_ctarget
 
 from testkit import (check_covariance, check_mean, harmonic_target, hmc_sample,

@@ -14,6 +14,13 @@ import numpy as np
 import pytest
 
 import rnshmc
+from rnshmc._kernels._chain import TRANSITION, StopRequested
+from rnshmc._kernels._integrators import Leapfrog
+from rnshmc._kernels._metrics import EuclideanMetric
+from rnshmc._kernels._metropolis import MetropolisChain
+from rnshmc._kernels._targets import PyCallableTarget
+from rnshmc._kernels._transition import Chain
+from rnshmc.targets import as_ctarget
 
 CHILD = textwrap.dedent("""
     import sys, time, warnings
@@ -121,3 +128,80 @@ def test_states_stopped_between_transitions_continue_bit_identically():
     assert 0 < raised.value.states[0].iteration < 300000
     resumed = sampler.result(sampler.run_states(raised.value.states, progress=False))
     np.testing.assert_array_equal(resumed.samples, full.samples)
+
+
+def stoppable_chain(kind, target):
+    """Either kind of C chain over ``target``, at a point: an HMC chain of one leapfrog step
+    (one gradient evaluation a transition) or a random-walk Metropolis chain (one potential
+    evaluation a transition)."""
+    if kind == "hmc":
+        chain = Chain(target, metric=EuclideanMetric(target.dim), integrator=Leapfrog())
+        chain.step_size = 0.3
+    else:
+        chain = MetropolisChain(target, np.eye(target.dim), 0.5)
+    chain.set_position(np.full(target.dim, 0.1))
+    return chain
+
+
+def check_stopped_after(chain, outputs, completed):
+    """The chain made ``completed`` transitions, wrote exactly those rows, and its state is
+    the last row written."""
+    samples, records, proposals = outputs
+    assert chain.completed == completed
+    assert np.all(np.isfinite(samples[:completed])) and np.all(np.isnan(samples[completed:]))
+    assert np.all(np.isfinite(proposals[:completed, :-1]))
+    assert np.all(records["n_steps"][:completed] == 1) and not records["n_steps"][completed:].any()
+    if completed:
+        np.testing.assert_array_equal(samples[completed - 1], chain.position)
+
+
+@pytest.mark.parametrize("kind", ["hmc", "metropolis"])
+def test_a_raised_stop_flag_stops_both_chains_alike(kind):
+    """The flag, raised during transition 3 (by the model here, as the run's main thread or a
+    failing chain would), stops either chain before transition 4: StopRequested, completed
+    == 3, exactly three rows written. A flag still raised stops the next run before its first
+    transition."""
+    flag = np.zeros(1, dtype=np.int32)
+    calls = {"n": 0}
+
+    def logp_and_grad(q):
+        calls["n"] += 1
+        if calls["n"] == 4:  # the initial point's evaluation, then one a transition
+            flag[0] = 1
+        return -0.5 * float(q @ q), -q
+
+    target = PyCallableTarget(2, lambda q: logp_and_grad(q)[0], logp_and_grad)
+    chain = stoppable_chain(kind, target)
+    chain.set_stop_flag(flag)
+    for completed in (3, 0):
+        outputs = (np.full((10, 2), np.nan), np.zeros(10, TRANSITION), np.full((10, 3), np.nan))
+        with pytest.raises(StopRequested) as raised:
+            chain.run(np.random.default_rng(0), 10, 1, False, outputs[0], outputs[1],
+                      proposals=outputs[2])
+        assert type(raised.value) is StopRequested
+        check_stopped_after(chain, outputs, completed)
+    assert calls["n"] == 4
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="os.kill(SIGINT) to this process is POSIX")
+@pytest.mark.parametrize("kind", ["hmc", "metropolis"])
+def test_ctrl_c_stops_both_chains_alike(kind):
+    """A SIGINT while a chain runs a C model without the GIL: the loop's signal poll lets
+    the handler raise KeyboardInterrupt itself (not StopRequested) between two transitions,
+    and the rows of the transitions made are written."""
+    model = rnshmc.models.EllipticPDE(n=10, element="Q1", n_modes=6, rng=0)
+    chain = stoppable_chain(kind, as_ctarget(model, model.dim))
+    n_iter = 200000  # tens of seconds
+    samples, records = np.full((n_iter, model.dim), np.nan), np.zeros(n_iter, TRANSITION)
+    proposals = np.full((n_iter, model.dim + 1), np.nan)
+    timer = threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt) as raised:
+            chain.run(np.random.default_rng(0), n_iter, 1, False, samples, records,
+                      proposals=proposals)
+    finally:
+        timer.cancel()
+    assert type(raised.value) is KeyboardInterrupt
+    assert 0 < chain.completed < n_iter
+    check_stopped_after(chain, (samples, records, proposals), chain.completed)

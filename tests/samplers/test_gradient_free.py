@@ -13,8 +13,8 @@ import pytest
 
 import rnshmc
 from rnshmc import ChainState
+from rnshmc._kernels._chain import TRANSITION, StopRequested
 from rnshmc._kernels._metropolis import MetropolisChain
-from rnshmc._kernels._transition import TRANSITION, StopRequested
 from rnshmc.models import Gaussian
 from rnshmc.targets import without_gradient
 

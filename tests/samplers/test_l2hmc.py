@@ -4,9 +4,10 @@ is exact because its acceptance test includes that log-Jacobian."""
 import numpy as np
 import pytest
 
+from rnshmc._kernels._chain import TRANSITION
 from rnshmc._kernels._l2hmc import AugmentedLeapfrog, parameter_layout
 from rnshmc._kernels._metrics import EuclideanMetric
-from rnshmc._kernels._transition import TRANSITION, Chain
+from rnshmc._kernels._transition import Chain
 from rnshmc.models import Gaussian
 from rnshmc.targets import as_ctarget
 

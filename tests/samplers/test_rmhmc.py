@@ -8,6 +8,7 @@ from scipy import special
 import rnshmc
 from rnshmc import RMHMC, RNSRMHMC, Target
 from rnshmc.experiments import summarize
+from rnshmc._kernels._chain import TRANSITION
 from rnshmc._kernels._integrators import GeneralizedLeapfrog, Leapfrog
 from rnshmc._kernels._metrics import EuclideanMetric
 from rnshmc._kernels._riemann import CallableMetric, LinearPredictorMetric
@@ -226,6 +227,41 @@ def test_unconverged_solve_is_a_counted_rejection():
     assert res.implicit_failed.all()
     assert not res.accepted.any()
     assert np.all(res.samples == res.samples[0, 0])
+
+
+@pytest.mark.parametrize("tol, max_iterations, per_step", [(1e-12, 50, 3), (None, 4, 8)])
+def test_implicit_solves_report_their_iterations(tol, max_iterations, per_step):
+    """Both implicit solves of a step go through one fixed-point solver. With a constant
+    metric the momentum equation is explicit, so its second iterate repeats its first, and the
+    position equation's first guess q + eps G^{-1} p' is its solution: 2 + 1 iterations a step
+    to a tolerance; without one, max_iterations for each equation."""
+    metric = CallableMetric(3, lambda q: np.eye(3), lambda q: np.zeros((3, 3, 3)))
+    gaussian = Target(None, logp_and_grad=lambda q: (-0.5 * q @ q, -q), dim=3)
+    chain = riemannian_chain(gaussian, metric, 3, tol=tol, max_iterations=max_iterations)
+    chain.set_position(np.array([0.5, -0.2, 0.1]))
+    chain.step_size = 0.2
+    samples, records = np.empty((20, 3)), np.empty(20, TRANSITION)
+    chain.run(np.random.default_rng(0), 20, 4, False, samples, records)
+    assert np.all(records["n_steps"] == 4)
+    assert np.all(records["solver_iterations"] == 4 * per_step)
+    assert not records["solver_failed"].any()
+
+
+def test_an_unconverged_solve_ends_the_trajectory_where_it_failed():
+    """The momentum solve of the first step, cut at one iteration, ends the trajectory there:
+    one step, one iteration, a failed solve, the proposal rejected."""
+    model = small_logistic()
+    chain = riemannian_chain(model, LinearPredictorMetric(model.X, "logistic",
+                                                          prior_precision=0.1), 3,
+                             tol=1e-12, max_iterations=1)
+    chain.set_position(np.array([0.5, -0.3, 0.2]))
+    chain.step_size = 0.3
+    samples, records = np.empty((5, 3)), np.empty(5, TRANSITION)
+    chain.run(np.random.default_rng(1), 5, 3, False, samples, records)
+    assert np.all(records["n_steps"] == 1)
+    assert np.all(records["solver_iterations"] == 1)
+    assert records["solver_failed"].all() and not records["accepted"].any()
+    assert chain.n_solver_failures == 5
 
 
 def test_papers_fixed_iterations_warn():
