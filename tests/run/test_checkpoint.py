@@ -29,8 +29,8 @@ RUNS = {
     "sampling": ("rnshmc.HMC(model, step_size=0.05, n_steps=50)",
                  dict(draws=20000, tune=100, chains=2, rng=4)),
     # training on the states: the trajectories of this exploration would be 240 MB a chain
-    "exploration": ("rnshmc.RNSHMC(model, n_hidden=60, step_size=0.05, n_steps=50, "
-                    "jitter=False, training_data='states')",
+    "exploration": ("rnshmc.RNSHMC(model, n_hidden=60, step_size=0.05, jitter=False, "
+                    "explore=dict(n_steps=50), surrogate=dict(training_data='states'))",
                     dict(draws=200, tune=6000, chains=2, rng=5)),
 }
 
@@ -175,8 +175,9 @@ def test_resume_needs_the_target_of_a_user_model(tmp_path):
 def test_l2hmc_checkpoint_keeps_weights_and_standardisation(tmp_path):
     from rnshmc.samplers.checkpoint import Checkpointer
     model = rnshmc.models.Gaussian(np.array([3.0, -1.0]), covariance=np.diag([4.0, 0.25]))
-    l2 = rnshmc.L2HMC(model, n_steps=4, rng=np.random.default_rng(2),
-                      standardize=(np.array([3.0, -1.0]), np.array([2.0, 0.5])))
+    l2 = rnshmc.L2HMC(model, n_steps=4,
+                      standardize=(np.array([3.0, -1.0]), np.array([2.0, 0.5]))).initialize(
+                          np.random.default_rng(2))
     l2.train(5, chains=8, rng=0, progress=False)
     kwargs = dict(draws=150, tune=50, chains=2, rng=9)
     full = l2.sample(**kwargs, progress=False)

@@ -69,7 +69,7 @@ RNS_STOPS = [[50], [199], [200], [200, 201], [250], [60, 200, 399]]
 @pytest.mark.parametrize("delayed", [False, True])
 @pytest.mark.parametrize("stops", RNS_STOPS)
 def test_rnshmc_state_saved_and_continued_equals_uninterrupted(stops, delayed, tmp_path):
-    rns = rnshmc.RNSHMC(correlated_gaussian(), n_hidden=40, n_steps=5,
+    rns = rnshmc.RNSHMC(correlated_gaussian(), n_hidden=40, explore=dict(n_steps=5),
                         delayed_acceptance=delayed)
     kwargs = dict(draws=200, tune=200, chains=2, rng=3)
     full = rns.sample(progress=False, **kwargs)
@@ -96,10 +96,10 @@ def test_l2hmc_state_saved_and_continued_equals_uninterrupted(stops, tmp_path):
 def test_continued_across_refits_and_fallback_equals_uninterrupted(name, tmp_path):
     """Stops where the trust watch switches to exact dynamics, inside an exact stretch, at
     the refit that ends it, and after the last switch (RNS-HMC: the fallback)."""
-    sampler = getattr(rnshmc, name)(correlated_gaussian(), n_hidden=8, n_train=50,
-                                    gradient_weight=0.0, whiten=False, n_steps=5,
-                                    trust_ratio=1.0, trust_window=20, max_refits=1,
-                                    refit_iterations=60)
+    sampler = getattr(rnshmc, name)(
+        correlated_gaussian(), n_hidden=8,
+        surrogate=dict(n_train=50, gradient_weight=0.0, whiten=False), explore=dict(n_steps=5),
+        trust=dict(ratio=1.0, window=20, max_refits=1, refit_iterations=60))
     kwargs = dict(draws=400, tune=200, chains=2, rng=5)
     with pytest.warns(RuntimeWarning, match="surrogate was poor"):
         full = sampler.sample(progress=False, **kwargs)
@@ -114,7 +114,8 @@ def test_continued_across_refits_and_fallback_equals_uninterrupted(name, tmp_pat
 
 
 def test_state_of_a_stopped_chain_says_where_it_is(tmp_path):
-    rns = rnshmc.RNSHMC(correlated_gaussian(), n_hidden=30, step_size=0.3, n_steps=4)
+    rns = rnshmc.RNSHMC(correlated_gaussian(), n_hidden=30, step_size=0.3,
+                        explore=dict(n_steps=4))
     state, = rns.run_states(rns.init_states(draws=100, tune=100, rng=0), progress=False,
                             stop_after=150)
     assert (state.phase, state.iteration, state.iterations_left()) == ("sampling", 50, 50)
@@ -132,7 +133,7 @@ def test_state_of_a_stopped_chain_says_where_it_is(tmp_path):
 
 
 def test_sample_mutates_nothing_on_the_sampler():
-    rns = rnshmc.RNSHMC(correlated_gaussian(), n_hidden=30, n_steps=4)
+    rns = rnshmc.RNSHMC(correlated_gaussian(), n_hidden=30, explore=dict(n_steps=4))
     before = {k: repr(v) for k, v in vars(rns).items()}
     rns.sample(100, tune=100, chains=2, rng=0, progress=False)
     assert {k: repr(v) for k, v in vars(rns).items()} == before
@@ -191,7 +192,7 @@ def test_rnshmc_accepts_a_target_whose_dim_is_a_method():
         def log_density_gradient(self, q):
             return -0.5 * q @ q, -q
 
-    res = rnshmc.RNSHMC(BridgeStanLike(), n_hidden=30, n_steps=5).sample(
+    res = rnshmc.RNSHMC(BridgeStanLike(), n_hidden=30, explore=dict(n_steps=5)).sample(
         2000, tune=300, rng=0, progress=False)
     check_mean(res.samples, np.zeros(2))
 
@@ -205,5 +206,5 @@ def test_chains_that_never_move_are_reported():
 def test_exploration_without_accepted_moves_says_so():
     target = Gaussian(np.zeros(2), np.eye(2) * 1e-6)
     with pytest.raises(RuntimeError, match="accepted no move"):
-        rnshmc.RNSHMC(target, n_hidden=10, step_size=5.0, n_steps=3).sample(
+        rnshmc.RNSHMC(target, n_hidden=10, step_size=5.0, explore=dict(n_steps=3)).sample(
             50, tune=50, rng=0, progress=False)

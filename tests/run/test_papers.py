@@ -147,7 +147,7 @@ def test_l2hmc_toy_energies_build(key):
     make = (papers.L2HMC_MIXTURE["model"] if key == "mixture"
             else papers.L2HMC_TARGETS[key][1])
     model = make()
-    sampler = papers.l2hmc(model, rng=0)
+    sampler = papers.l2hmc(model).initialize(0)
     assert sampler.n_steps == papers.L2HMC_SETTINGS["n_steps"]
     result = sampler.sample(20, tune=0, rng=0, progress=False)
     assert result.samples.shape == (1, 20, model.dim) and np.all(np.isfinite(result.samples))

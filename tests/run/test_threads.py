@@ -92,7 +92,7 @@ def test_concurrent_surrogate_predictions_equal_serial():
 def test_two_sample_calls_on_one_rnshmc_sampler_at_once():
     """A sampler is configuration only: concurrent sample() calls do not interfere."""
     model = Gaussian(np.zeros(3), np.eye(3))
-    rns = rnshmc.RNSHMC(model, n_hidden=40, step_size=0.4, n_steps=6)
+    rns = rnshmc.RNSHMC(model, n_hidden=40, step_size=0.4, explore=dict(n_steps=6))
     serial = [rns.sample(200, tune=200, rng=seed, progress=False) for seed in (5, 6)]
     threaded = run_in_threads([lambda s=seed: rns.sample(200, tune=200, rng=s, progress=False)
                                for seed in (5, 6)])

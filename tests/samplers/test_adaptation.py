@@ -384,7 +384,7 @@ def test_tune_zero_warning_points_at_the_caller():
 
 
 # ----------------------------------------------------------------------------------------------
-# the trajectory length for min ESS (RNS-HMC's surrogate_n_steps="auto")
+# the trajectory length for min ESS (RNS-HMC's n_steps="auto")
 
 
 def test_trajectory_length_closed_form_without_jitter():

@@ -6,12 +6,15 @@ from scipy import special, stats
 
 import rnshmc
 
-from testkit import correlated_gaussian, log_gamma_target, mean_within_mcse
+from testkit import (check_deprecated_spelling, correlated_gaussian, log_gamma_target,
+                     mean_within_mcse)
 
 # a deliberately poor initial surrogate (as in test_rns.py): 15 units fitted to 60 states
-# trust_ratio=None: the surrogate stays the poor one (no refit, no exact stretches)
-POOR = dict(n_hidden=15, n_train=60, training_data="states", gradient_weight=0.0,
-            whiten=False, n_steps=8, trust_ratio=None)
+# (8 leapfrog steps in exploration); trust=False: the surrogate stays the poor one (no refit,
+# no exact stretches)
+POOR = dict(n_hidden=15, surrogate=dict(n_train=60, training_data="states", gradient_weight=0.0,
+                                        whiten=False),
+            explore=dict(n_steps=8), trust=False)
 
 
 
@@ -39,9 +42,10 @@ def test_exact_on_a_skewed_target(seed):
     """Two independent log-Gamma(2) coordinates: means, variances and a tail probability."""
     shape = 2.0
     target = log_gamma_target(shape, dim=2)
-    res = rnshmc.ARNSHMC(target, n_hidden=5, n_train=30, gradient_weight=0.0, whiten=False,
-                         n_steps=6).sample(10000, tune=300, chains=2, rng=seed,
-                                           init=np.zeros(2), progress=False)
+    res = rnshmc.ARNSHMC(target, n_hidden=5,
+                         surrogate=dict(n_train=30, gradient_weight=0.0, whiten=False),
+                         explore=dict(n_steps=6)).sample(10000, tune=300, chains=2, rng=seed,
+                                                         init=np.zeros(2), progress=False)
     m = special.digamma(shape)
     x = res.samples
     functions = np.concatenate([x, (x - m) ** 2, (x > 1.0) * 1.0], axis=-1)
@@ -113,7 +117,7 @@ def test_online_points_are_the_evaluated_proposals_or_the_accepted_states():
 def test_bad_arguments():
     model, _, _ = correlated_gaussian()
     with pytest.raises(ValueError, match="ridge"):
-        rnshmc.ARNSHMC(model, ridge=0.0)
+        rnshmc.ARNSHMC(model, surrogate=dict(ridge=0.0))
     with pytest.raises(TypeError, match="callable"):
         rnshmc.ARNSHMC(model, adaptation_rate=0.5)
     with pytest.raises(ValueError):
@@ -124,7 +128,7 @@ def test_thread_and_process_pools_give_the_serial_draws():
     """Each chain's online estimator and install stream travel with its state."""
     from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
     model = rnshmc.models.Gaussian(np.zeros(3), covariance=np.eye(3))
-    sampler = rnshmc.ARNSHMC(model, n_hidden=30, n_steps=5)
+    sampler = rnshmc.ARNSHMC(model, n_hidden=30, explore=dict(n_steps=5))
     serial = sampler.sample(300, tune=200, chains=2, rng=1, progress=False)
     assert np.all(serial.n_installs > 0)
     for executor in (ThreadPoolExecutor, ProcessPoolExecutor):
@@ -160,3 +164,24 @@ def test_after_every_install_the_chain_caches_the_new_surrogate(share):
         sampler.join(states)
     assert checked > 10
     assert all(s.outputs["sampling"]["installed"][:-1].all() for s in states)
+
+
+def test_deprecated_names_warn_and_give_the_same_draws():
+    """ARNS-HMC's earlier names (RNS-HMC's, through its keyword arguments) give a
+    DeprecationWarning naming the new spelling, and its draws and installs, bit for bit."""
+    model, _, _ = correlated_gaussian()
+    online = dict(online_points="accepted", freeze_after=200)
+    old = dict(n_hidden=15, ridge=1e-5, n_train=60, training_data="states",
+               gradient_weight=0.0, whiten=False, trust_ratio=None, n_explore=150)
+    new = dict(n_hidden=15, surrogate=dict(ridge=1e-5, n_train=60, training_data="states",
+                                           gradient_weight=0.0, whiten=False), trust=False)
+    spellings = {name: f"surrogate=dict({name}=...)"
+                 for name in ("ridge", "n_train", "training_data", "gradient_weight", "whiten")}
+    spellings.update(trust_ratio="trust=dict(ratio=...)", n_explore="sample(tune=...)")
+    old_result, new_result = check_deprecated_spelling(
+        lambda: rnshmc.ARNSHMC(model, **online, **old),
+        lambda: rnshmc.ARNSHMC(model, **online, **new), spellings,
+        dict(draws=300, tune=150, chains=2, rng=5), dict(tune=999))
+    np.testing.assert_array_equal(old_result.installed, new_result.installed)
+    np.testing.assert_array_equal(old_result.online_added, new_result.online_added)
+    assert np.all(new_result.n_installs > 0) and not new_result.installed[:, 200:].any()

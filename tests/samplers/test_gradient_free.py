@@ -18,7 +18,7 @@ from rnshmc._kernels._metropolis import MetropolisChain
 from rnshmc.models import Gaussian
 from rnshmc.targets import without_gradient
 
-from testkit import check_covariance, check_mean, mean_within_mcse
+from testkit import check_covariance, check_deprecated_spelling, check_mean, mean_within_mcse
 
 CORRELATED_COV = np.array([[1.0, 0.95], [0.95, 1.0]]) * 4.0
 CORRELATED_MEAN = np.array([1.0, -2.0])
@@ -319,3 +319,30 @@ def test_adaptive_metropolis_alone_is_exact(seed):
                        draws=40000, tune=2000, chains=4, rng=seed)
     check_mean(res.samples, model.mean, n_sigma=4.0)
     check_covariance(res.samples, model.mean, model.covariance)
+
+
+def test_deprecated_names_warn_and_give_the_same_draws():
+    """GradientFreeRNSHMC's earlier names (explore_accept, surrogate_n_steps, n_explore, the
+    surrogate's settings) give a DeprecationWarning naming the new spelling, and its draws,
+    bit for bit."""
+    surrogate = dict(nodes="additive", activation="softplus", ridge=1e-5, weight_scale=0.1,
+                     whiten=True, n_train=250, training_data="states")
+    old = dict(surrogate, explore_accept=0.3, surrogate_n_steps=6, surrogate_step_cost=0.5,
+               n_explore=300)
+    new = dict(surrogate=dict(surrogate, step_cost=0.5), explore=dict(target_accept=0.3),
+               n_steps=6)
+    spellings = {name: f"surrogate=dict({name}=...)" for name in surrogate}
+    spellings.update(explore_accept="explore=dict(target_accept=...)",
+                     surrogate_n_steps="n_steps=",
+                     surrogate_step_cost="surrogate=dict(step_cost=...)",
+                     n_explore="sample(tune=...)")
+    target = correlated_target()
+    _, result = check_deprecated_spelling(
+        lambda: rnshmc.GradientFreeRNSHMC(target, n_hidden=40, **old),
+        lambda: rnshmc.GradientFreeRNSHMC(target, n_hidden=40, **new), spellings,
+        dict(draws=200, tune=300, chains=2, rng=3), dict(tune="auto"))
+    # 300 exploration iterations (n_explore's, not tune="auto"'s), each one exact density,
+    # and two at the start
+    np.testing.assert_array_equal(result.n_density_evals_explore, 300 + 2)
+    np.testing.assert_array_equal(result.n_train, 2 * 250)  # shared: both chains' states
+    np.testing.assert_array_equal(result.surrogate_n_steps, 6)

@@ -1,6 +1,8 @@
 """L2HMC's augmented leapfrog: zero heads are the leapfrog, the backward operator is
 the exact inverse, the log-Jacobian is log |det| of the map, and a chain with any fixed weights
 is exact because its acceptance test includes that log-Jacobian."""
+import warnings
+
 import numpy as np
 import pytest
 
@@ -11,7 +13,8 @@ from rnshmc._kernels._transition import Chain
 from rnshmc.models import Gaussian
 from rnshmc.targets import as_ctarget
 
-from testkit import correlated_gaussian, covariance_within_mcse, mean_within_mcse
+from testkit import (check_deprecated_spelling, correlated_gaussian, covariance_within_mcse,
+                     mean_within_mcse)
 
 
 def gaussian(dim, seed=0):
@@ -273,7 +276,7 @@ def test_untrained_sampler_is_hmc_step_for_step():
     the chain's own random stream."""
     import rnshmc
     model = gaussian(3, 2)
-    l2 = rnshmc.L2HMC(model, n_steps=6, step_size=0.6, rng=0)
+    l2 = rnshmc.L2HMC(model, n_steps=6, step_size=0.6).initialize(0)
     heads = [k for k in l2.weights() if k.split(".")[-1] in ("WS", "WQ", "WT")]
     for key in heads:
         l2.weights()[key][...] = 0.0
@@ -303,7 +306,7 @@ def trained_on_correlated():
     import rnshmc
     cov = np.array([[5.05, -4.95], [-4.95, 5.05]])
     model = Gaussian(np.array([1.0, -1.0]), covariance=cov)
-    l2 = rnshmc.L2HMC(model, n_steps=5, step_size=0.1, rng=0)
+    l2 = rnshmc.L2HMC(model, n_steps=5, step_size=0.1).initialize(0)
     l2.train(300, chains=50, rng=1, learning_rate=3e-3, progress=False)
     return model, cov, l2
 
@@ -375,7 +378,7 @@ def test_load_refuses_other_files_and_dimensions(tmp_path, trained_on_correlated
 def test_a_chain_continues_only_with_its_own_weights():
     import rnshmc
     model = gaussian(2)
-    l2 = rnshmc.L2HMC(model, n_steps=3, rng=0)
+    l2 = rnshmc.L2HMC(model, n_steps=3).initialize(0)
     states = l2.init_states(draws=20, tune=0, rng=1)
     l2.run_states(states, progress=False, stop_after=10)
     l2.train(2, chains=4, rng=0, progress=False)
@@ -389,8 +392,8 @@ def test_sampler_bad_inputs():
     with pytest.raises(ValueError, match="step_size"):
         rnshmc.L2HMC(model, step_size=-1.0)
     with pytest.raises(ValueError, match="hidden"):
-        rnshmc.L2HMC(model, hidden=0)
-    l2 = rnshmc.L2HMC(model, rng=0)
+        rnshmc.L2HMC(model, n_hidden=0)
+    l2 = rnshmc.L2HMC(model).initialize(0)
     with pytest.raises(ValueError, match="chains"):
         l2.train(5, chains=0)
     with pytest.raises(ValueError, match="dim"):
@@ -402,7 +405,8 @@ def test_sampler_bad_inputs():
 # ---------------------------------------------------------------------------------------------
 # L2HMC on a surrogate: trained without the model, exact through the test on the model
 
-POOR_SURROGATE = dict(n_hidden=15, gradient_weight=0.0, whiten=False, training_data="states")
+POOR_SURROGATE = dict(n_hidden=15, surrogate=dict(gradient_weight=0.0, whiten=False,
+                                                  training_data="states"))
 
 
 @pytest.fixture(scope="module")
@@ -482,8 +486,8 @@ def test_standardised_chain_is_exact_and_reports_samples_in_x(seed):
     import rnshmc
     cov = np.array([[100.0, 0.5], [0.5, 0.01]])
     model = Gaussian(np.array([50.0, -3.0]), covariance=cov)
-    l2 = rnshmc.L2HMC(model, n_steps=5, hidden=6, step_size=0.3, rng=seed,
-                      standardize=(np.array([45.0, -3.1]), np.array([8.0, 0.12])))
+    l2 = rnshmc.L2HMC(model, n_steps=5, n_hidden=6, step_size=0.3,
+                      standardize=(np.array([45.0, -3.1]), np.array([8.0, 0.12]))).initialize(seed)
     l2.parameters[1:] += 0.2 * np.random.default_rng(seed).standard_normal(l2.parameters.size - 1)
     res = l2.sample(10000, tune=200, chains=2, rng=seed, init=model.mean, progress=False)
     assert 0.2 < res.acceptance_rate.mean() < 0.99
@@ -508,3 +512,27 @@ def test_thread_and_process_pools_give_the_serial_draws(on_poor_surrogate):
             pooled = l2.sample(200, tune=20, chains=2, rng=1, init=mean, progress=False,
                                pool=pool)
         np.testing.assert_array_equal(pooled.samples, serial.samples)
+
+
+def test_deprecated_names_warn_and_give_the_same_weights_and_draws():
+    """L2HMC's earlier names: ``hidden`` (now ``n_hidden``) and the constructor's ``rng`` (now
+    ``initialize(rng)``, which draws the same initial weights and masks from it) give a
+    DeprecationWarning, and the same sampler: weights, draws, and training from them."""
+    import rnshmc
+    model = gaussian(3)
+    check_deprecated_spelling(
+        lambda: rnshmc.L2HMC(model, n_steps=3, hidden=5, step_size=0.3, rng=4),
+        lambda: rnshmc.L2HMC(model, n_steps=3, n_hidden=5, step_size=0.3).initialize(4),
+        {"hidden": "n_hidden=", "rng": None}, dict(draws=100, tune=10, chains=2, rng=1))
+    with pytest.warns(DeprecationWarning, match="rng= is deprecated"):
+        old = rnshmc.L2HMC(model, n_steps=3, n_hidden=5, rng=np.random.default_rng(4))
+    new = rnshmc.L2HMC(model, n_steps=3, n_hidden=5).initialize(np.random.default_rng(4))
+    np.testing.assert_array_equal(old.parameters, new.parameters)
+    np.testing.assert_array_equal(old.masks, new.masks)
+    for sampler in (old, new):
+        sampler.train(5, chains=8, rng=2, progress=False)
+    np.testing.assert_array_equal(old.parameters, new.parameters)
+    draws = dict(draws=50, tune=0, rng=3, progress=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", rnshmc.diagnostics.SamplingWarning)  # (50 draws)
+        np.testing.assert_array_equal(old.sample(**draws).samples, new.sample(**draws).samples)

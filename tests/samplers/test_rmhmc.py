@@ -15,8 +15,8 @@ from rnshmc._kernels._riemann import CallableMetric, LinearPredictorMetric
 from rnshmc._kernels._transition import Chain
 from rnshmc.targets import as_ctarget
 
-from testkit import (check_covariance, check_mean, gaussian_problem, gaussian_target,
-                     mean_within_mcse)
+from testkit import (check_covariance, check_deprecated_spelling, check_mean,
+                     gaussian_problem, gaussian_target, mean_within_mcse)
 
 FUNNEL_SD = 1.5  # v ~ N(0, 1.5^2), x | v ~ N(0, e^v)
 
@@ -325,8 +325,8 @@ def test_rmhmc_softabs_funnel_is_exact(seed):
 
 
 def poor_rns_rmhmc(metric, seed, gaussian):
-    return RNSRMHMC(gaussian, metric=metric, softabs=1.0, n_hidden=15, n_explore=300,
-                    n_train=60, n_adapt=150, n_steps=3, jitter=True).sample(
+    return RNSRMHMC(gaussian, metric=metric, softabs=1.0, n_hidden=15,
+                    surrogate=dict(n_train=60), n_adapt=150, n_steps=3, jitter=True).sample(
         1500, tune=300, chains=2, rng=seed, progress=False)
 
 
@@ -404,7 +404,9 @@ def test_continuing_a_run_is_bit_identical():
 
 def test_metric_evaluations_are_counted_as_exact_work():
     model = small_logistic()
-    res = RMHMC(model, step_size=0.5, n_steps=2).sample(40, tune=10, rng=0, progress=False)
+    # hmc_warmup=0: all of tune is RMHMC warm-up, whose metric evaluations count too
+    res = RMHMC(model, step_size=0.5, n_steps=2, hmc_warmup=0).sample(40, tune=10, rng=0,
+                                                                      progress=False)
     steps = res.n_steps.sum()
     # every step evaluates G at least at its end point and its derivative terms there
     assert res.n_metric_evals_sampling[0] >= steps
@@ -415,7 +417,7 @@ def test_metric_evaluations_are_counted_as_exact_work():
                                   + res.n_metric_evals_sampling[0]
                                   + res.n_metric_derivative_evals_sampling[0])
     # a surrogate's metric is not the model's: RNS-RMHMC has no such counts
-    rns = RNSRMHMC(model, softabs=1.0, n_hidden=15, n_explore=100, n_train=50, n_adapt=20,
+    rns = RNSRMHMC(model, softabs=1.0, n_hidden=15, surrogate=dict(n_train=50), n_adapt=20,
                    n_steps=2).sample(10, tune=100, rng=0, progress=False)
     assert "n_metric_evals" not in rns
 
@@ -438,7 +440,33 @@ def test_bad_arguments():
     with pytest.raises(ValueError, match="metric must be 'hessian' or 'diagonal'"):
         RNSRMHMC(model, metric="fisher")
     with pytest.raises(ValueError, match="additive nodes"):
-        RNSRMHMC(model, nodes="rbf")
+        RNSRMHMC(model, surrogate=dict(nodes="rbf"))
     with pytest.raises(ValueError, match="step_size has 3 entries"):
         RNSRMHMC(model, step_size=[0.1, 0.2, 0.3], n_hidden=10).sample(
             10, tune=20, chains=2, rng=0, progress=False)
+
+
+def test_rns_rmhmc_deprecated_names_warn_and_give_the_same_draws():
+    """RNS-RMHMC's earlier names (the exploration's explore_*, mass matrix and length, the
+    surrogate's settings) give a DeprecationWarning naming the new spelling, and its draws,
+    bit for bit."""
+    model = small_logistic()
+    inverse_mass = np.diag([0.5, 1.0, 2.0])
+    surrogate = dict(nodes="additive", activation="tanh", ridge=1e-5, weight_scale=0.3,
+                     whiten=False, gradient_weight=0.5, n_train=50)
+    explore = dict(step_size=0.3, n_steps=4, jitter=False)
+    old = dict(surrogate, explore_step_size=0.3, explore_n_steps=4, explore_jitter=False,
+               inverse_mass_matrix=inverse_mass, adapt_mass_matrix=False, n_explore=80)
+    new = dict(surrogate=surrogate, explore=dict(explore, inverse_mass_matrix=inverse_mass,
+                                                 adapt_mass_matrix=False))
+    spellings = {name: f"surrogate=dict({name}=...)" for name in surrogate}
+    spellings.update({f"explore_{name}": f"explore=dict({name}=...)" for name in explore})
+    spellings.update(inverse_mass_matrix="explore=dict(inverse_mass_matrix=...)",
+                     adapt_mass_matrix="explore=dict(adapt_mass_matrix=...)",
+                     n_explore="sample(tune=...)")
+    settings = dict(softabs=1.0, n_hidden=20, n_adapt=20, n_steps=2)
+    _, result = check_deprecated_spelling(
+        lambda: RNSRMHMC(model, **settings, **old), lambda: RNSRMHMC(model, **settings, **new),
+        spellings, dict(draws=40, tune=80, rng=0), dict(tune=999))
+    np.testing.assert_array_equal(result.n_gradient_evals, 80 * 4 + 1)  # 4 fixed steps
+    np.testing.assert_array_equal(result.n_train, 50)

@@ -8,16 +8,18 @@ import pytest
 
 import rnshmc
 
-from testkit import (check_covariance, check_mean, correlated_gaussian, funnel_target,
-                     log_gamma_target, mean_within_mcse)
+from testkit import (check_covariance, check_deprecated_spelling, check_mean,
+                     correlated_gaussian, funnel_target, log_gamma_target, mean_within_mcse)
 
 
 
 # a deliberately poor surrogate: 15 units fitted to 60 states (acceptance 0.5-0.7 instead of
 # the exploration's 0.8, and a fit residual of 0.1-0.4 in potential units)
-# trust_ratio=None: the surrogate stays the poor one (no refit, no exact stretches)
-POOR = dict(n_hidden=15, n_train=60, training_data="states", gradient_weight=0.0,
-            whiten=False, n_steps=8, trust_ratio=None)
+# (8 leapfrog steps in exploration); trust=False: the surrogate stays the poor one (no refit,
+# no exact stretches)
+POOR = dict(n_hidden=15, surrogate=dict(n_train=60, training_data="states", gradient_weight=0.0,
+                                        whiten=False),
+            explore=dict(n_steps=8), trust=False)
 
 
 @pytest.mark.filterwarnings("ignore:.*under a third of the exploration")
@@ -54,9 +56,9 @@ def test_power_the_surrogate_alone_is_wrong():
 @pytest.mark.parametrize("seed", [3, 4, 5])
 def test_exact_with_a_poor_surrogate_more_seeds(delayed, seed):
     model, mean, cov = correlated_gaussian(dim=6, seed=seed)
-    res = rnshmc.RNSHMC(model, delayed_acceptance=delayed, nodes="rbf", n_hidden=20,
-                        n_train=80, n_steps=8, trust_ratio=None).sample(40000, tune=500, chains=2, rng=seed,
-                                                      progress=False)
+    res = rnshmc.RNSHMC(model, delayed_acceptance=delayed, n_hidden=20,
+                        surrogate=dict(nodes="rbf", n_train=80), explore=dict(n_steps=8),
+                        trust=False).sample(40000, tune=500, chains=2, rng=seed, progress=False)
     check_mean(res.samples, mean)
     check_covariance(res.samples, mean, cov)
 
@@ -67,8 +69,8 @@ def test_good_surrogate_on_logistic_regression_matches_hmc():
     X, y, _ = rnshmc.datasets.simulated_logistic(n=2000, dim=5, rng=0)
     model = rnshmc.models.LogisticRegression(X, y)
     hmc = rnshmc.HMC(model, n_steps=8).sample(3000, tune=1000, chains=2, rng=1, progress=False)
-    rns = rnshmc.RNSHMC(model, n_hidden=300, n_steps=8).sample(3000, tune=1000, chains=2,
-                                                               rng=2, progress=False)
+    rns = rnshmc.RNSHMC(model, n_hidden=300, explore=dict(n_steps=8)).sample(
+        3000, tune=1000, chains=2, rng=2, progress=False)
     assert np.all(rns.acceptance_rate > rns.exploration_acceptance_rate - 0.1)
     diff = rns.samples.reshape(-1, 5).mean(0) - hmc.samples.reshape(-1, 5).mean(0)
     se = np.sqrt(rnshmc.diagnostics.mcse_mean(rns.samples) ** 2
@@ -79,7 +81,8 @@ def test_good_surrogate_on_logistic_regression_matches_hmc():
 def test_phases_and_counters():
     model, mean, cov = correlated_gaussian()
     draws, tune = 500, 300
-    sampler = rnshmc.RNSHMC(model, n_hidden=50, step_size=0.3, n_steps=6, training_data="states")
+    sampler = rnshmc.RNSHMC(model, n_hidden=50, step_size=0.3, explore=dict(n_steps=6),
+                            surrogate=dict(training_data="states"))
     res = sampler.sample(draws, tune=tune, chains=2, rng=0, progress=False)
     # exploration: one exact gradient (and density) per leapfrog step, plus the start
     assert np.all(res.n_gradient_evals + 1 == res.n_density_evals_explore)
@@ -121,8 +124,8 @@ def test_training_window_options():
     assert res.n_train[0] == 50
     assert res.n_gradient_evals[0] == 200 + 1  # the exploration's gradients, and one to start
     with pytest.warns(DeprecationWarning, match=r"sample\(tune=...\)"):
-        old = rnshmc.RNSHMC(model, n_hidden=30, n_explore=200, n_train=50, step_size=0.3,
-                            explore=dict(n_steps=1, jitter=False))
+        old = rnshmc.RNSHMC(model, n_hidden=30, n_explore=200, surrogate=dict(n_train=50),
+                            step_size=0.3, explore=dict(n_steps=1, jitter=False))
     np.testing.assert_array_equal(old.sample(100, tune=999, rng=0, progress=False).samples,
                                   res.samples)  # n_explore overrides tune
     with pytest.raises(ValueError, match="n_train"):
@@ -134,7 +137,7 @@ def test_training_window_options():
 def test_acceptance_collapse_warns_when_unwatched():
     model, _, _ = correlated_gaussian()
     with pytest.warns(RuntimeWarning, match="under a third of the exploration"):
-        rnshmc.RNSHMC(model, trust_ratio=None, **DISTRUSTED).sample(
+        rnshmc.RNSHMC(model, trust=False, **DISTRUSTED).sample(
             2000, tune=400, rng=1, progress=False)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -145,9 +148,11 @@ def test_acceptance_collapse_warns_when_unwatched():
 # ----------------------------------------------------------------------------------------------
 # the trust watch: a distrusted surrogate is refitted after an exact stretch, then replaced
 
-# 8 units fitted to 50 states: sampling acceptance far under the exploration's
-DISTRUSTED = dict(n_hidden=8, n_train=50, training_data="states", gradient_weight=0.0,
-                  whiten=False, n_steps=8)
+# 8 units fitted to 50 states (8 leapfrog steps in exploration): sampling acceptance far under
+# the exploration's
+DISTRUSTED = dict(n_hidden=8, surrogate=dict(n_train=50, training_data="states",
+                                             gradient_weight=0.0, whiten=False),
+                  explore=dict(n_steps=8))
 
 
 def exact_iterations(events, draws, refit_iterations):
@@ -161,8 +166,8 @@ def exact_iterations(events, draws, refit_iterations):
 
 def test_a_distrusted_surrogate_is_refitted_then_replaced_and_said_so():
     model, _, _ = correlated_gaussian()
-    sampler = rnshmc.RNSHMC(model, trust_ratio=1.0, max_refits=1, refit_growth=1.0,
-                            refit_iterations=100, **DISTRUSTED)
+    sampler = rnshmc.RNSHMC(model, trust=dict(ratio=1.0, max_refits=1, refit_growth=1.0,
+                                              refit_iterations=100), **DISTRUSTED)
     with pytest.warns(RuntimeWarning, match="surrogate was poor where the chain went") as caught:
         res = sampler.sample(1500, tune=400, chains=2, rng=1, progress=False)
     assert len(caught) == 2  # one warning per chain
@@ -196,7 +201,8 @@ def test_a_distrusted_surrogate_is_refitted_then_replaced_and_said_so():
 def test_refits_and_fallback_keep_the_chain_exact(seed):
     model, mean, cov = correlated_gaussian()
     with pytest.warns(RuntimeWarning, match="surrogate was poor"):
-        res = rnshmc.RNSHMC(model, trust_ratio=0.9, refit_iterations=100, **DISTRUSTED).sample(
+        res = rnshmc.RNSHMC(model, trust=dict(ratio=0.9, refit_iterations=100),
+                            **DISTRUSTED).sample(
             20000, tune=400, chains=2, rng=seed, progress=False)
     assert np.all(res.n_refits >= 1)
     assert 0.02 < res.exact_dynamics.mean() < 0.98  # both kinds of dynamics in the draws
@@ -252,13 +258,21 @@ def test_result_saves_and_loads(tmp_path):
     assert back.timings.keys() == res.timings.keys()
 
 
-@pytest.mark.parametrize("kwargs", [dict(n_hidden=0), dict(nodes="mlp"), dict(ridge=-1),
-                                    dict(gradient_weight=-1.0), dict(surrogate_n_steps=0),
-                                    dict(n_explore=1), dict(n_train=0), dict(step_size=-0.1)])
+@pytest.mark.parametrize("kwargs", [dict(n_hidden=0), dict(surrogate=dict(nodes="mlp")),
+                                    dict(surrogate=dict(ridge=-1)),
+                                    dict(surrogate=dict(gradient_weight=-1.0)), dict(n_steps=0),
+                                    dict(tune=1), dict(surrogate=dict(n_train=0)),
+                                    dict(step_size=-0.1)])
 def test_bad_options(kwargs):
+    """Refused by the constructor; ``tune`` (the exploration's length, once the constructor's
+    n_explore) by sample() before anything runs."""
     model, _, _ = correlated_gaussian()
+    kwargs = dict(kwargs)
+    tune = kwargs.pop("tune", None)
     with pytest.raises(ValueError):
-        rnshmc.RNSHMC(model, **kwargs)
+        sampler = rnshmc.RNSHMC(model, **kwargs)
+        if tune is not None:
+            sampler.sample(10, tune=tune, progress=False)
 
 
 def test_needs_a_gradient():
@@ -306,7 +320,7 @@ def test_exploration_shorter_than_the_dimension():
     from rnshmc.adaptation import trajectory_length_for_min_ess
     dim = 30
     target = rnshmc.Target(lambda q: -0.5 * q @ q, lambda q: -q, dim=dim)
-    res = rnshmc.RNSHMC(target, n_hidden=50, training_data="states").sample(
+    res = rnshmc.RNSHMC(target, n_hidden=50, surrogate=dict(training_data="states")).sample(
         20, tune=20, rng=0, progress=False)
     assert res.n_train[0] == 16 < dim
     assert 1 <= res.surrogate_n_steps[0] and 1 <= res.exact_n_steps[0]
@@ -352,8 +366,10 @@ def test_exact_on_a_skewed_target_with_a_poor_surrogate(delayed, seed):
     from scipy import special, stats
     shape = 2.0
     target = log_gamma_target(shape, dim=2)
-    res = rnshmc.RNSHMC(target, n_hidden=5, n_train=30, gradient_weight=0.0, whiten=False,
-                        n_steps=6, delayed_acceptance=delayed, trust_ratio=None).sample(
+    res = rnshmc.RNSHMC(target, n_hidden=5,
+                        surrogate=dict(n_train=30, gradient_weight=0.0, whiten=False),
+                        explore=dict(n_steps=6), delayed_acceptance=delayed,
+                        trust=False).sample(
         20000, tune=300, chains=2, rng=seed, init=np.zeros(2), progress=False)
     assert np.all(res.fit_residual > 0.05)  # a poor fit: acceptance 0.3-0.8 in trials
     m = special.digamma(shape)
@@ -384,3 +400,68 @@ def test_training_on_whole_trajectories(seed):
     check_covariance(res.samples, mean, cov)
     with pytest.raises(ValueError, match="training_data"):
         rnshmc.RNSHMC(model, surrogate=dict(training_data="steps"))
+
+
+# ----------------------------------------------------------------------------------------------
+# the earlier keyword names: a DeprecationWarning naming the new spelling, the same draws
+
+SURROGATE = dict(nodes="additive", activation="tanh", ridge=1e-4, weight_scale=0.3,
+                 whiten=False, gradient_weight=0.5, n_train=80, training_data="states")
+INVERSE_MASS = np.diag([0.5, 1.0, 2.0, 1.5])
+
+# name -> (old keyword arguments, new ones, {old name: the new spelling the warning names},
+#          sample()'s arguments for the old spelling)
+RNS_DEPRECATED = {
+    "surrogate": (dict(SURROGATE, surrogate_step_cost=0.5),
+                  dict(surrogate=dict(SURROGATE, step_cost=0.5)),
+                  {**{k: f"surrogate=dict({k}=...)" for k in SURROGATE},
+                   "surrogate_step_cost": "surrogate=dict(step_cost=...)"}, {}),
+    "sampling_steps": (dict(surrogate_n_steps=6), dict(n_steps=6),
+                       {"surrogate_n_steps": "n_steps="}, {}),
+    "exploration_steps": (dict(surrogate_n_steps=None, explore=dict(n_steps=3)),
+                                dict(n_steps=None, explore=dict(n_steps=3)),
+                                {"surrogate_n_steps": "n_steps="}, {}),
+    "exploration_length": (dict(n_explore=120), dict(), {"n_explore": "sample(tune=...)"},
+                           dict(tune=999)),
+    "mass_matrix": (dict(inverse_mass_matrix=INVERSE_MASS, adapt_mass_matrix=False),
+                    dict(explore=dict(inverse_mass_matrix=INVERSE_MASS,
+                                      adapt_mass_matrix=False)),
+                    {"inverse_mass_matrix": "explore=dict(inverse_mass_matrix=...)",
+                     "adapt_mass_matrix": "explore=dict(adapt_mass_matrix=...)"}, {}),
+    "mass_matrix_adapted": (dict(mass_matrix=np.linalg.inv(INVERSE_MASS)),
+                             dict(explore=dict(mass_matrix=np.linalg.inv(INVERSE_MASS))),
+                             {"mass_matrix": "explore=dict(mass_matrix=...)"}, {}),
+    "trust": (dict(DISTRUSTED, trust_ratio=1.0, trust_window=20, max_refits=1,
+                         refit_iterations=40, refit_growth=1.5),
+                    dict(DISTRUSTED, trust=dict(ratio=1.0, window=20, max_refits=1,
+                                                refit_iterations=40, refit_growth=1.5)),
+                    {"trust_ratio": "trust=dict(ratio=...)",
+                     "trust_window": "trust=dict(window=...)",
+                     "max_refits": "trust=dict(max_refits=...)",
+                     "refit_iterations": "trust=dict(refit_iterations=...)",
+                     "refit_growth": "trust=dict(refit_growth=...)"}, {}),
+    "no_trust": (dict(DISTRUSTED, trust_ratio=None), dict(DISTRUSTED, trust=False),
+                       {"trust_ratio": "trust=dict(ratio=...)"}, {}),
+}
+
+
+@pytest.mark.parametrize("case", list(RNS_DEPRECATED))
+def test_deprecated_names_warn_and_give_the_same_draws(case):
+    """Each earlier name of RNSHMC's (the surrogate's settings, surrogate_n_steps, n_explore,
+    the exploration's mass matrix, the trust watch's) gives a DeprecationWarning naming its
+    new spelling, and the draws of that spelling, bit for bit."""
+    old, new, spellings, old_sample = RNS_DEPRECATED[case]
+    model, _, _ = correlated_gaussian()
+    old_result, new_result = check_deprecated_spelling(
+        lambda: rnshmc.RNSHMC(model, **{"n_hidden": 30, **old}),
+        lambda: rnshmc.RNSHMC(model, **{"n_hidden": 30, **new}), spellings,
+        dict(draws=400, tune=120, chains=2, rng=4), old_sample)
+    if case == "trust":  # the settings were used
+        assert np.all(new_result.n_refits == 1)
+        assert all(e[0]["n_hidden"] == 12 for e in new_result.trust_events)  # 8 x 1.5
+    if case == "no_trust":
+        assert new_result.trust_events == [[], []] and not new_result.exact_dynamics.any()
+    if case == "exploration_steps":
+        np.testing.assert_array_equal(new_result.surrogate_n_steps, 3)
+    if case == "mass_matrix":
+        np.testing.assert_array_equal(new_result.inverse_mass_matrix[0], INVERSE_MASS)

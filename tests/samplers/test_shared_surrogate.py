@@ -72,8 +72,10 @@ def test_arns_installs_one_estimator_in_every_chain(model):
 
 
 # a poor surrogate (as in test_arns.py): 15 units on values of 60 states a chain, unwhitened
-POOR = dict(n_hidden=15, n_train=60, training_data="states", gradient_weight=0.0,
-            whiten=False, n_steps=8, trust_ratio=None, share_surrogate=True)
+# (8 leapfrog steps in exploration; no trust watch)
+POOR = dict(n_hidden=15, surrogate=dict(n_train=60, training_data="states", gradient_weight=0.0,
+                                        whiten=False),
+            explore=dict(n_steps=8), trust=False, share_surrogate=True)
 
 
 @pytest.mark.parametrize("seed", [0, 1])
