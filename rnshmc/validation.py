@@ -5,11 +5,24 @@ string or a complex number where a real number belongs) and ``ValueError`` when 
 right kind but out of range; it returns the value converted to a plain Python or NumPy type.
 """
 import numbers
+import os
+import sys
+import warnings
 
 import numpy as np
 
 __all__ = ["check_integer", "check_real", "check_per_chain_real", "check_inverse_mass",
-           "check_group", "moved_arguments"]
+           "check_group", "moved_arguments", "user_stacklevel"]
+
+
+def user_stacklevel():
+    """The ``stacklevel`` that makes a warning raised by the caller point at the first caller
+    outside rnshmc."""
+    package = os.path.dirname(os.path.abspath(__file__))
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def check_integer(value, name, minimum=None):
@@ -89,25 +102,25 @@ def check_group(value, name, keys):
     return dict(value)
 
 
-def moved_arguments(owner, given, moves, stacklevel):
+def moved_arguments(owner, given, moves):
     """Old keyword arguments still accepted for one release: each ``given`` name must be in
     ``moves`` (old name -> (group or None, new name); group "sample": an argument of
-    ``sample()``); a DeprecationWarning names the new spelling. Returns {group: {new name: value}} (group None: top-level arguments).
+    ``sample()``; or (group, new name, the new spelling to name)); a DeprecationWarning
+    names the new spelling. Returns {group: {new name: value}} (group None: top-level arguments).
 
     Raises
     ------
     TypeError
         For a name that is neither an argument nor a moved one (as Python would).
     """
-    import warnings
     out = {}
     for old, value in given.items():
         if old not in moves:
             raise TypeError(f"{owner}() got an unexpected keyword argument {old!r}")
-        group, new = moves[old]
-        spelling = (f"{new}=" if group is None else f"sample({new}=...)" if group == "sample"
-                    else f"{group}=dict({new}=...)")
+        group, new = moves[old][:2]
+        spelling = (moves[old][2] if len(moves[old]) > 2 else f"{new}=" if group is None
+                    else f"sample({new}=...)" if group == "sample" else f"{group}=dict({new}=...)")
         warnings.warn(f"{owner}: {old}= is deprecated and will be removed in the next release; "
-                      f"use {spelling}", DeprecationWarning, stacklevel=stacklevel)
+                      f"use {spelling}", DeprecationWarning, stacklevel=user_stacklevel())
         out.setdefault(group, {})[new] = value
     return out

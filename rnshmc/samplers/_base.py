@@ -19,7 +19,7 @@ from ..models import Gaussian
 from ..parallel import chain_generators
 from ..state import ChainState, generator_to_json
 from ..targets import as_ctarget, check_target, target_dim
-from ..validation import check_integer
+from ..validation import check_integer, user_stacklevel
 from . import _execution, _result
 from ._runner import Budget, run_chain
 from .checkpoint import SAMPLERS, Checkpointer, checkpoint_interval
@@ -305,7 +305,7 @@ def warn_unadapted(name, tune, step_size):
     """Warn that a run without warm-up samples with the heuristic initial step size."""
     if tune == 0 and step_size is None:
         warnings.warn(f"tune=0 with step_size=None: {name} samples with the heuristic "
-                      "initial step size, unadapted", stacklevel=_result.user_stacklevel())
+                      "initial step size, unadapted", stacklevel=user_stacklevel())
 
 
 def _recording_arguments(init):

@@ -15,6 +15,7 @@ on a surrogate's Hessian. A part that must remember something per chain keeps it
 """
 import dataclasses
 import math
+import warnings
 from typing import Optional
 
 import numpy as np
@@ -28,7 +29,8 @@ from ..adaptation import (WarmupSchedule, initial_step_size, regularized_varianc
                           terminal_buffer, trajectory_length_for_min_ess)
 from ..state import PartState, generator_from_json, generator_to_json
 from ..surrogate import RandomNetworkSurrogate, gradient_flops
-from ..validation import check_integer, check_inverse_mass, check_per_chain_real, check_real
+from ..validation import (check_integer, check_inverse_mass, check_per_chain_real, check_real,
+                          user_stacklevel)
 
 # the first window of adaptive Metropolis's proposal covariance (then doubling, Stan's schedule)
 FIRST_WINDOW = 50
@@ -436,8 +438,6 @@ def riemannian_report(result, states, phase="sampling", exact_metric=False):
     solves: rejected proposals). With ``exact_metric`` (the metric is the model's own, not a
     surrogate's: its evaluations are exact model work), per chain ``n_metric_evals`` and
     ``n_metric_derivative_evals`` over all phases and their ``_sampling`` counts."""
-    import warnings
-    from ._result import user_stacklevel
     if exact_metric:
         def counts(index, phases):
             return np.array([sum(s.evals.get(p, [0] * 4)[index] for p in phases)

@@ -1,7 +1,5 @@
 """A run's result from its chains' states: assembly, the draws of an interrupted run, and the
 warnings about what went wrong (stuck chains, failed health checks, a poor surrogate)."""
-import os
-import sys
 import warnings
 
 import numpy as np
@@ -9,20 +7,12 @@ import numpy as np
 from ..diagnostics import SamplingWarning, health
 from ..results import SampleResult
 from ..state import ChainState
+from ..validation import user_stacklevel
 
-__all__ = ["base_result", "cut_to", "user_stacklevel", "warn_if_acceptance_collapsed"]
+__all__ = ["base_result", "cut_to", "warn_if_acceptance_collapsed"]
 
 # result["timings"] keys of the phases (others are keyed by their names)
 TIMING_NAMES = {"warmup": "tune", "exploration": "tune", "training": "train"}
-
-
-def user_stacklevel():
-    """The ``stacklevel`` that makes a warning point at the first caller outside rnshmc."""
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    frame, level = sys._getframe(1), 1
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
-        frame, level = frame.f_back, level + 1
-    return level
 
 
 def base_result(name, states):

@@ -9,7 +9,7 @@ from ..validation import check_group, check_real, moved_arguments
 from ._base import Sampler
 from ._phases import (LeapfrogSettings, MetropolisExploration, MetropolisPhase, PilotKernel,
                       SurrogateFit, SurrogateSampling, SurrogateSettings)
-from ._result import user_stacklevel, warn_if_acceptance_collapsed
+from ._result import warn_if_acceptance_collapsed
 from .rns import (NETWORK_KEYS, check_n_steps, check_step_cost, earlier_tune,
                   surrogate_group)
 
@@ -131,8 +131,7 @@ class GradientFreeRNSHMC(Sampler):
         surrogate (see above).
     n_steps : int, "auto" or None
         Leapfrog steps (the maximum with ``jitter``) of the sampling phase: "auto" (default)
-        as for :class:`~rnshmc.RNSHMC`; an int also sets the step-size pilot's (10 with
-        "auto").
+        as for :class:`~rnshmc.RNSHMC`. (The step-size pilot's trajectories have up to 10.)
     jitter : bool
         Draw the number of steps uniformly from {1, ..., L} (default True).
     delayed_acceptance : bool
@@ -202,7 +201,7 @@ class GradientFreeRNSHMC(Sampler):
                  share_surrogate=True, mass_matrix=None, inverse_mass_matrix=None,
                  target_accept=0.8, max_energy_error=1000.0, **deprecated):
         super().__init__(target)
-        moved = moved_arguments(type(self).__name__, deprecated, MOVED, user_stacklevel())
+        moved = moved_arguments(type(self).__name__, deprecated, MOVED)
         n_steps = moved.get(None, {}).get("n_steps", n_steps)
         self.n_explore = earlier_tune(moved)
         surrogate = surrogate_group(surrogate, moved.get("surrogate"), SURROGATE_KEYS)
@@ -211,9 +210,9 @@ class GradientFreeRNSHMC(Sampler):
                        **moved.get("explore", {}))
         n_steps = check_n_steps(n_steps, PILOT_STEPS)
         # the sampling's leapfrog (its step size adapted on the surrogate by a pilot)
-        self.leapfrog = LeapfrogSettings(step_size, n_steps if n_steps != "auto" else PILOT_STEPS,
-                                         jitter, mass_matrix, inverse_mass_matrix, False,
-                                         target_accept, max_energy_error, dim=self.dim)
+        self.leapfrog = LeapfrogSettings(step_size, PILOT_STEPS, jitter, mass_matrix,
+                                         inverse_mass_matrix, False, target_accept,
+                                         max_energy_error, dim=self.dim)
         self.surrogate_settings = SurrogateSettings.from_group(
             n_hidden, dict(surrogate, gradient_weight=0.0),
             values_weight_scale=VALUES_WEIGHT_SCALE)

@@ -13,11 +13,10 @@ from .._kernels._transition import Chain
 from ..state import PartState
 from ..surrogate import RandomNetworkSurrogate
 from ..targets import as_ctarget, target_dim
-from ..validation import check_integer, check_real, moved_arguments
+from ..validation import check_integer, check_real, moved_arguments, user_stacklevel
 from ._base import Sampler
 from ._phases import Phase
 from ._progress import Progress
-from ._result import user_stacklevel
 from .rns import RNSHMC
 
 __all__ = ["L2HMC"]
@@ -109,9 +108,11 @@ class L2HMC(Sampler):
     def __init__(self, target, *, n_steps=10, n_hidden=10, step_size=0.1,
                  max_energy_error=1000.0, surrogate=None, standardize=None, wall=5.0,
                  **deprecated):
-        moved = moved_arguments(type(self).__name__, deprecated,
-                                dict(hidden=(None, "n_hidden"), rng=("train", "rng")),
-                                user_stacklevel())
+        moved = moved_arguments(
+            type(self).__name__, deprecated,
+            dict(hidden=(None, "n_hidden"),
+                 rng=("train", "rng", "L2HMC(...).initialize(rng) (the same weights), or let "
+                                      "train(rng=...) draw them")))
         n_hidden = moved.get(None, {}).get("n_hidden", n_hidden)
         if not hasattr(target, "dim"):
             raise ValueError("L2HMC needs the target's dim (give dim to rnshmc.Target)")

@@ -7,12 +7,13 @@ from .._kernels._fem import GaussNewtonMetric
 from .._kernels._riemann import CallableMetric, LinearPredictorMetric
 from ..models import EllipticPDE, LogisticRegression
 from ..targets import as_ctarget
-from ..validation import check_group, check_integer, check_real, moved_arguments
+from ..validation import (check_group, check_integer, check_real, moved_arguments,
+                          user_stacklevel)
 from ._base import Sampler, warn_unadapted
 from ._phases import (FixedKernel, HMCExploration, HMCPhase, LeapfrogSettings, RiemannianPhase,
                       RiemannianSurrogatePhase, SurrogateFit, SurrogateSettings,
                       riemannian_report)
-from ._result import user_stacklevel, warn_if_acceptance_collapsed
+from ._result import warn_if_acceptance_collapsed
 from .rns import EXPLORE_KEYS, NETWORK_KEYS, earlier_tune, surrogate_group
 
 __all__ = ["RMHMC", "RNSRMHMC"]
@@ -273,7 +274,7 @@ class RNSRMHMC(Sampler):
                  explore=None, fixed_point_tol=1e-9, max_fixed_point_iterations=50,
                  newton=False, target_accept=0.8, max_energy_error=1000.0, **deprecated):
         super().__init__(target)
-        moved = moved_arguments(type(self).__name__, deprecated, MOVED, user_stacklevel())
+        moved = moved_arguments(type(self).__name__, deprecated, MOVED)
         surrogate = surrogate_group(surrogate, moved.get("surrogate"), SURROGATE_KEYS)
         n_hidden = surrogate.pop("n_hidden", n_hidden)
         explore = dict(check_group(explore, "explore", EXPLORE_KEYS), **moved.get("explore", {}))

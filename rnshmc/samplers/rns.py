@@ -6,11 +6,11 @@ import numpy as np
 
 from ..surrogate import RandomNetworkSurrogate
 from ..validation import (check_group, check_integer, check_per_chain_real, check_real,
-                          moved_arguments)
+                          moved_arguments, user_stacklevel)
 from ._base import Sampler
 from ._phases import (ExplorationKernel, HMCExploration, LeapfrogSettings, SurrogateFit,
                       SurrogateSampling, SurrogateSettings, TrustWatch)
-from ._result import user_stacklevel, warn_if_acceptance_collapsed
+from ._result import warn_if_acceptance_collapsed
 
 __all__ = ["RNSHMC"]
 
@@ -198,7 +198,7 @@ class RNSHMC(Sampler):
                  share_surrogate=False, target_accept=0.8, max_energy_error=1000.0,
                  **deprecated):
         super().__init__(target)
-        moved = moved_arguments(type(self).__name__, deprecated, MOVED, user_stacklevel())
+        moved = moved_arguments(type(self).__name__, deprecated, MOVED)
         n_steps = moved.get(None, {}).get("n_steps", n_steps)
         self.n_explore = earlier_tune(moved)
         surrogate = surrogate_group(surrogate, moved.get("surrogate"))
