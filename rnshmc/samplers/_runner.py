@@ -71,7 +71,7 @@ class ChainRun:
         """Run ``phase`` from ``state.iteration`` for at most ``budget`` iterations, in chunks
         (cut at the warm-up's window ends); returns the iterations run."""
         state = self.state
-        n_iter = state.phase_length(phase.name) if phase.name in dict(state.phases) else 0
+        n_iter = state.phase_length(phase.name)
         if n_iter == 0 or budget <= 0:
             return 0
         dim = state.dim
