@@ -70,4 +70,8 @@ for pyx in sorted(glob("rnshmc/_kernels/*.pyx")):
         )
     )
 
-setup(ext_modules=cythonize(extensions, compiler_directives=directives, nthreads=0))
+# cythonize and compile the modules in parallel on this machine's cores (a fresh build is most
+# of a CI run's time)
+jobs = os.cpu_count() or 1
+setup(ext_modules=cythonize(extensions, compiler_directives=directives, nthreads=jobs),
+      options={"build_ext": {"parallel": jobs}})
