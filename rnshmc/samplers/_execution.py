@@ -19,7 +19,7 @@ from ..parallel import (blas_limits, interruptible, local_pool, map_chains,
 from ..targets import as_ctarget
 from ._runner import Budget, run_chain
 
-__all__ = ["chain_pool", "run_states", "run_to_end", "waiting_phases"]
+__all__ = ["chain_pool", "run_states", "run_to_end", "join_barriers"]
 
 
 def uses_python_callables(sampler, dim):
@@ -133,24 +133,14 @@ def run_states(sampler, states, progress=True, pool=None, budget=None):
     return states
 
 
-def waiting_phases(sampler, states):
-    """The phases (by name, in plan order) where some chain waits at a barrier."""
-    names = []
-    for state in states:
-        if not state.done and sampler.phase(state.phase).waiting(state) \
-                and state.phase not in names:
-            names.append(state.phase)
-    return names
-
-
 def join_barriers(sampler, states):
     """Run the joins of the phases where chains wait, once every chain is done or waits."""
-    names = waiting_phases(sampler, states)
-    if not names or not all(s.done or sampler.phase(s.phase).waiting(s) for s in states):
+    waiting = [s for s in states if sampler.waiting(s)]
+    if not waiting or not all(s.done or sampler.waiting(s) for s in states):
         return
-    for name in names:
+    for name in dict.fromkeys(s.phase for s in waiting):  # (in chain order, once each)
         sampler.phase(name).join(states)
-    if waiting_phases(sampler, states):
+    if any(sampler.waiting(s) for s in states):
         raise RuntimeError(f"{sampler.name}: chains still wait after their join (a bug)")
 
 
