@@ -467,7 +467,7 @@ class Summary(dict):
 
     Every value is an array of shape ``(dim,)``.  ``str(summary)`` (also
     ``repr`` and :meth:`to_text`) renders an aligned table with one row per
-    coordinate.
+    coordinate, then the lines of its ``footer`` attribute (a run's notes), if any.
     """
 
     def __getattr__(self, key):
@@ -499,7 +499,7 @@ class Summary(dict):
                       + [c.rjust(w) for c, w in zip(r[1:], widths[1:])])
             for r in rows
         ]
-        return "\n".join(lines)
+        return "\n".join(lines + list(getattr(self, "footer", [])))
 
     __str__ = to_text
     __repr__ = to_text

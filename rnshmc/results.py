@@ -184,11 +184,16 @@ class SampleResult(dict):
         Returns
         -------
         Summary
-            A printable, dict-like summary.
+            A printable, dict-like summary; printed, it ends with the sampler's notes (which
+            sampler ran and why it stopped) and the run's cost (``result.cost``: exact
+            evaluations and seconds per phase, model evaluations per effective draw).
         """
         from . import diagnostics
 
-        return diagnostics.summary(self.samples, names=names)
+        table = diagnostics.summary(self.samples, names=names)
+        table.footer = list(self.get("run_notes", [])) + (
+            [] if "cost" not in self else cost_lines(self["cost"]))
+        return table
 
     def draws(self, discard=0, thin=1, flat=False):
         """Return the samples, optionally burned in, thinned and flattened.
@@ -318,6 +323,18 @@ class SampleResult(dict):
         meta = {"format": _FORMAT, "version": _VERSION, "entries": entries}
         arrays[_META_KEY] = np.array(json.dumps(meta))
         np.savez_compressed(path, **arrays)
+
+
+def cost_lines(cost):
+    """A run's ``cost`` (see ``Sampler.sample``) as lines of text."""
+    lines = ["cost (all chains): " + "; ".join(
+        f"{name} {p['density_evals']} densities, {p['gradient_evals']} gradients"
+        + (f", {p['metric_evals']} metrics" if p["metric_evals"] else "")
+        + f", {p['seconds']:.3g} s" for name, p in cost["phases"].items())]
+    lines.append(f"model evaluations (densities + gradients): {cost['model_evals']}; per "
+                 f"effective draw (min bulk ESS {cost['ess_bulk_min']:.0f}): "
+                 f"{cost['model_evals_per_effective_draw']:.3g}")
+    return lines
 
 
 def load(path):

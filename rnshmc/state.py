@@ -183,6 +183,41 @@ class ChainState:
         rest = sum(n for _, n in self.phases[self.phase_index:])
         return rest - self.iteration
 
+    def iterations_until(self, name, iteration):
+        """Iterations to run until phase ``name`` has done ``iteration`` iterations (0 if it
+        has, or is past them)."""
+        names = [p for p, _ in self.phases]
+        index = names.index(name)
+        if self.done or self.phase_index > index:
+            return 0
+        if self.phase_index == index:
+            return max(0, iteration - self.iteration)
+        between = sum(int(n) for _, n in self.phases[self.phase_index:index])
+        return between - self.iteration + iteration
+
+    def extend_phase(self, name, length):
+        """Lengthen phase ``name`` of the plan to ``length`` iterations (a run whose sampling
+        goes on until a stopping rule holds): its outputs' rows grow to match, with the rows
+        drawn kept (the random stream does not depend on a phase's planned length)."""
+        index = [p for p, _ in self.phases].index(name)
+        old = int(self.phases[index][1])
+        if length < old:
+            raise ValueError(f"cannot shorten phase {name} from {old} to {length} iterations")
+        self.phases[index] = [name, int(length)]
+        outputs = self.outputs.get(name, {})
+        for key, value in outputs.items():
+            if not isinstance(value, np.ndarray) or value.ndim == 0 or old == 0:
+                continue
+            if value.shape[0] == old:
+                rows = length
+            elif key == "trajectory" and value.shape[0] % old == 0:  # (old x n_steps rows)
+                rows = value.shape[0] // old * length
+            else:
+                continue
+            grown = np.zeros((rows,) + value.shape[1:], dtype=value.dtype)
+            grown[:value.shape[0]] = value
+            outputs[key] = grown
+
     def copy(self):
         """A deep copy (arrays and part states copied)."""
         return ChainState.from_dict(_copy_tree(self.to_dict()))

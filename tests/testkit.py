@@ -26,6 +26,13 @@ from rnshmc.targets import as_ctarget
 # Monte Carlo checks
 
 
+def without_seconds(value):
+    """A result's value without its wall-clock times (which differ between equal runs)."""
+    if isinstance(value, dict):
+        return {k: without_seconds(v) for k, v in value.items() if k != "seconds"}
+    return value
+
+
 def mean_within_mcse(samples, true_mean, n_sigma=4.5):
     """Standardised errors (mean - true) / MCSE per coordinate, MCSE = sd / sqrt(ESS), and
     the tolerance: a test asserts |z| < n_sigma (or, in a power check, that it fails).

@@ -22,6 +22,7 @@ from ..targets import as_ctarget, check_target, target_dim
 from ..validation import check_integer, user_stacklevel
 from . import _execution, _result
 from ._runner import Budget, run_chain
+from ._stopping import StoppingRule
 from .checkpoint import SAMPLERS, Checkpointer, checkpoint_interval
 
 __all__ = ["Sampler"]
@@ -94,14 +95,16 @@ class Sampler:
     # ------------------------------------------------------------------------------------------
     # sampling
 
-    def sample(self, draws=1000, tune=None, chains=1, rng=None, init=None, progress=True,
-               pool="auto", checkpoint=None, checkpoint_every=1000):
+    def sample(self, draws=None, tune=None, chains=1, rng=None, init=None, progress=True,
+               pool="auto", checkpoint=None, checkpoint_every=1000, *, ess=None, rhat=1.01,
+               max_evals=None, max_time=None):
         """Draw samples.
 
         Parameters
         ----------
-        draws : int
-            Number of kept iterations per chain.
+        draws : int or None
+            Number of kept iterations per chain (None: 1000; with ``ess``, the most per
+            chain, None for no limit).
         tune : int or None
             Iterations per chain before the draws (the sampler's docstring says what they
             do: warm-up, exploration); None: the sampler's default (``DEFAULT_TUNE``).
@@ -146,7 +149,10 @@ class Sampler:
             ``inverse_mass_matrix``, ``n_density_evals``, ``n_gradient_evals`` (a gradient
             evaluation also evaluates the density and is counted in both; the ``_sampling``
             variants count the sampling phase only), ``timings`` (seconds per phase, summed
-            over chains), ``health``; and the sampler's own keys (see its docstring).
+            over chains), ``health``, ``cost``; with ``ess``, ``max_evals`` or ``max_time``,
+            ``stopping`` (why and where the run stopped: ``reason`` "converged", "draws",
+            "max_evals" or "max_time", ``draws``, ``ess``, ``rhat``); and the sampler's own
+            keys (see its docstring).
 
             On Ctrl-C every chain stops after its current transition (within about a
             second; a Python model's evaluation under way is abandoned) and the draws made so
@@ -158,7 +164,13 @@ class Sampler:
             the same way and is raised, its ``states`` attribute holding every chain's state.
         """
         every, seconds = checkpoint_interval(checkpoint_every)
+        if draws is None and ess is None:
+            draws = 1000
         run = dict(draws=draws)
+        limits = dict(ess=ess, max_evals=max_evals, max_time=max_time)
+        if any(value is not None for value in limits.values()):
+            run.update({k: v for k, v in limits.items() if v is not None}, rhat=rhat)
+        rule = stopping_rule(run)
         run.update({"checkpoint_every": every} if seconds is None
                    else {"checkpoint_seconds": seconds})
         checkpointer = None
@@ -169,26 +181,32 @@ class Sampler:
                                       "rnshmc.resume(), or remove it")
             self.checkpoint_arguments()  # fails now, not at the first checkpoint
             checkpointer = Checkpointer(checkpoint, self, run)
-        states = self.init_states(draws, tune, chains, rng, init)
+        planned = draws if rule is None else rule.initial_draws(check_integer(
+            chains, "chains", minimum=1))
+        states = self.init_states(planned, tune, chains, rng, init)
         return self.continue_run(states, run, progress=progress, pool=pool,
                                  checkpointer=checkpointer)
 
     def continue_run(self, states, run, progress=True, pool="auto", checkpointer=None):
         """Run ``states`` to the end (writing checkpoints with ``checkpointer``) and return
         the result; on Ctrl-C what was drawn (see :meth:`sample`)."""
+        rule = stopping_rule(run)
         try:
-            states = _execution.run_to_end(self, states, progress=progress, pool=pool,
-                                           checkpointer=checkpointer)
+            states, stopping = _execution.run_to_end(self, states, progress=progress,
+                                                     pool=pool, checkpointer=checkpointer,
+                                                     rule=rule)
         except KeyboardInterrupt as interrupt:
             drawn = _result.drawn_so_far(self.name, getattr(interrupt, "states", None),
-                                         run["draws"],
                                          None if checkpointer is None else checkpointer.path)
             if drawn is None:
                 raise
             result = self.result(drawn)
             result["interrupted"] = True
             return result
-        return self.result(states)
+        result = self.result(states)
+        if stopping is not None:
+            result["stopping"] = stopping
+        return result
 
     def init_states(self, draws=1000, tune=None, chains=1, rng=None, init=None):
         """The initial :class:`~rnshmc.ChainState` of each chain (arguments as for
@@ -228,6 +246,14 @@ class Sampler:
         return _execution.run_states(self, states, progress=progress, pool=pool,
                                      budget=Budget(stop_after, deadline))
 
+    def extend_sampling(self, states, length):
+        """Lengthen every chain's sampling phase to ``length`` iterations (a run under a
+        stopping rule), and tell the phases (see ``Phase.extended``)."""
+        for state in states:
+            state.extend_phase("sampling", length)
+        for name in dict.fromkeys(name for name, _ in states[0].phases):
+            self.phase(name).extended(states, length)
+
     def waiting(self, state):
         """Whether the chain waits at a barrier of its phase (for :meth:`join`)."""
         return not state.done and self.phase(state.phase).waiting(state)
@@ -248,6 +274,7 @@ class Sampler:
         for name, _ in states[0].phases:
             self.phase(name).report(result, states)
         self.report(result, states)
+        result["cost"] = _result.run_cost(self, states, result["health"]["ess_bulk_min"])
         return result
 
     # ------------------------------------------------------------------------------------------
@@ -299,6 +326,14 @@ class Sampler:
         if not np.all(np.isfinite(init)):
             raise ValueError("init contains non-finite values")
         return init
+
+
+def stopping_rule(run):
+    """The :class:`~rnshmc.samplers._stopping.StoppingRule` of a run's arguments, or None for
+    a run of planned length without budgets."""
+    if all(run.get(key) is None for key in ("ess", "max_evals", "max_time")):
+        return None
+    return StoppingRule.from_run(run)
 
 
 def warn_unadapted(name, tune, step_size):

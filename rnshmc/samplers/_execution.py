@@ -63,14 +63,17 @@ class _RunInProcess:
     """A picklable chain run for other processes (the target is rebuilt there; the stop flag
     is the worker's own; a SIGINT stops the chain, see ``parallel.interruptible``)."""
 
-    def __init__(self, sampler, iterations, seconds):
-        self.sampler, self.iterations, self.seconds = sampler, iterations, seconds
+    def __init__(self, sampler, budget):
+        # (a deadline travels as seconds from the task's start: clocks differ between hosts)
+        self.sampler, self.budget = sampler, budget
+        self.seconds = None if budget.deadline is None else budget.deadline - time.monotonic()
 
     def __call__(self, state):
+        b = self.budget
         deadline = None if self.seconds is None else time.monotonic() + self.seconds
         with interruptible():
             return run_chain(self.sampler, state, as_ctarget(self.sampler.target, state.dim),
-                             budget=Budget(self.iterations, deadline),
+                             budget=Budget(b.iterations, deadline, b.until, b.evals),
                              stop_flag=np.zeros(1, dtype=np.int32))
 
 
@@ -104,9 +107,7 @@ def run_states(sampler, states, progress=True, pool=None, budget=None):
     budget = budget or Budget()
     stop = np.zeros(1, dtype=np.int32)  # this run's stop flag, watched by its C loops
     if pool is not None and runs_in_other_processes(pool):
-        # the target is rebuilt there; the deadline becomes seconds from the task's start
-        run = _RunInProcess(sampler, budget.iterations, None if budget.deadline is None
-                            else budget.deadline - time.monotonic())
+        run = _RunInProcess(sampler, budget)  # (the target is rebuilt there)
     else:
         target = as_ctarget(sampler.target, states[0].dim)  # shared: it holds no scratch
         several = len(states) > 1 and pool is not None
@@ -144,25 +145,38 @@ def join_barriers(sampler, states):
         raise RuntimeError(f"{sampler.name}: chains still wait after their join (a bug)")
 
 
-def run_to_end(sampler, states, progress=True, pool="auto", checkpointer=None):
+def run_to_end(sampler, states, progress=True, pool="auto", checkpointer=None, rule=None):
     """Run ``states`` to the end of their plans, through the barriers, writing a checkpoint
     after every segment if ``checkpointer`` (:class:`rnshmc.samplers.checkpoint.Checkpointer`)
-    is given; returns the states. Exceptions carry the states (see :func:`run_states`), and
-    the checkpointer has written them before they are raised."""
+    is given; returns the states and the stopping record (None without ``rule``).
+
+    With a ``rule`` (:class:`rnshmc.samplers._stopping.StoppingRule`), segments also end at
+    its checks and budgets, and the run ends when it says so (the states cut to the draws
+    every chain has made). Exceptions carry the states (see :func:`run_states`), and the
+    checkpointer has written them before they are raised."""
     every = seconds = None
     if checkpointer is not None:
         every, seconds = checkpointer.every, checkpointer.seconds
+    record = None
     with chain_pool(sampler, pool, len(states), states[0].dim) as executor:
-        while not all(s.done for s in states):
+        while not all(s.done for s in states) or (rule is not None and record is None):
             deadline = None if seconds is None else time.monotonic() + seconds
             try:
-                states = run_states(sampler, states, progress=progress, pool=executor,
-                                    budget=Budget(every, deadline))
-                join_barriers(sampler, states)
+                reason = None if rule is None else rule.verdict(sampler, states)
+                if reason is not None:
+                    states, record = rule.stop(sampler, states, reason)
+                elif all(s.done for s in states):
+                    break
+                else:
+                    budget = Budget(every, deadline) if rule is None \
+                        else rule.budget(sampler, states, every, deadline)
+                    states = run_states(sampler, states, progress=progress, pool=executor,
+                                        budget=budget)
+                    join_barriers(sampler, states)
             except BaseException as error:
                 if checkpointer is not None and getattr(error, "states", None) is not None:
-                    checkpointer.write(error.states)
+                    checkpointer.write(error.states, rule)
                 raise
             if checkpointer is not None:
-                checkpointer.write(states)
-    return states
+                checkpointer.write(states, rule)
+    return states, record

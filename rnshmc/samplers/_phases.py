@@ -226,6 +226,15 @@ class Phase:
     def report(self, result, states):
         """Add what this phase knows to a run's result (after the base assembly)."""
 
+    def exact_evals(self, state):
+        """[density, gradient, metric] evaluations of the model (exact ones: a surrogate's
+        are not counted) this phase has made in a chain."""
+        return (list(state.evals.get(self.name, [])) + [0, 0, 0])[:3]
+
+    def extended(self, states, length):
+        """The sampling phase of every chain was lengthened to ``length`` iterations (a run
+        under a stopping rule: see ``Sampler.extend_sampling``)."""
+
 
 class HMCPhase(Phase):
     """Exact HMC with the leapfrog (the sampler's target for dynamics and test).
@@ -907,6 +916,8 @@ class OnlineState(PartState):
     install_rng: object = None        # the coin flips' stream (per chain)
     coins_drawn: int = 0
     install_times: Optional[np.ndarray] = None  # shared: drawn ahead for all chains
+    coins_rng: Optional[str] = None   # shared: the coins' stream after install_times (JSON)
+    coins_until: int = 0              # shared: the last iteration install_times cover
     install_at: Optional[int] = None  # the next install (after this sampling iteration)
     install_drawn: bool = False       # whether install_at is the current draw
     pending_from: int = 0             # shared: the first iteration not yet added
@@ -982,13 +993,39 @@ class OnlineInstalls:
         generator = generator_from_json(states[0].rng)
         coins = generator.spawn(1)[0]
         states[0].rng = generator_to_json(generator)
-        n_iter = states[0].phase_length("sampling") - 1
-        last = n_iter if self.freeze_after is None else min(n_iter, self.freeze_after)
-        times = [t for t in range(1, last + 1) if coins.random() < self.rate(t)]
         for state in states:
             online = state.parts["online"]
-            online.shared, online.install_times = True, np.array(times, np.int64)
+            online.shared, online.install_times = True, np.zeros(0, np.int64)
+            online.coins_rng, online.coins_until = generator_to_json(coins), 0
             online.pending_from = 0
+        self.draw_shared_installs(states, states[0].phase_length("sampling"))
+
+    def draw_shared_installs(self, states, length):
+        """Draw the shared install times of a sampling phase of ``length`` iterations (those
+        not drawn yet: the coins continue their stream when the phase grows)."""
+        first = states[0].parts["online"]
+        coins = generator_from_json(first.coins_rng)
+        last = length - 1 if self.freeze_after is None else min(length - 1, self.freeze_after)
+        times = [t for t in range(first.coins_until + 1, last + 1)
+                 if coins.random() < self.rate(t)]
+        for state in states:
+            online = state.parts["online"]
+            online.install_times = np.concatenate([online.install_times,
+                                                   np.array(times, np.int64)])
+            online.coins_rng, online.coins_until = generator_to_json(coins), max(
+                last, first.coins_until)
+
+    def extended(self, states, length):
+        """The sampling phase grew: the install times past its old end are drawn (shared)
+        or will be (a chain's own coins, which it draws as it goes)."""
+        onlines = [s.parts.get("online") for s in states]
+        if any(online is None for online in onlines):
+            return  # not fitted yet: the fit plans for the new length
+        if onlines[0].install_times is not None:
+            self.draw_shared_installs(states, length)
+        for online in onlines:
+            if online.install_at is None:
+                online.install_drawn = False  # (no install was left before the old end)
 
     def start(self, run):
         # spawned after the surrogate's child stream, and not advancing the chain's stream:
@@ -1197,9 +1234,17 @@ class SurrogateSampling(Phase):
                 self.online.refresh(run, chain, dynamics.mode)
             if state.iteration == stop < n_iter and self.review_trust(run, chain):
                 break  # the dynamics changed: the runner builds the new chain
-            if self.waiting(state) or run.past_deadline():
+            if self.waiting(state) or run.budget_spent():
                 break
         return ran
+
+    def extended(self, states, length):
+        if self.online is not None:
+            self.online.extended(states, length)
+
+    def exact_evals(self, state):
+        density, gradient, _ = sampling_evals(state)
+        return [density, gradient, 0]
 
     def segment_stop(self, state, n_iter):
         """The sampling iteration where the current segment ends (a trust review, an
@@ -1315,6 +1360,8 @@ def start_on_surrogate(run, chain):
 def sampling_evals(state):
     """Exact density, exact gradient and surrogate gradient evaluations of the sampling phase
     (over its exact and surrogate dynamics)."""
+    if "dynamics" not in state.parts:
+        return 0, 0, 0  # (not begun)
     dynamics = state.parts["dynamics"]
     counts = {k: list(v) for k, v in dynamics.mode_evals.items()}
     current = state.evals.get("sampling", [0, 0])
@@ -1417,6 +1464,10 @@ class RiemannianSurrogatePhase(Phase):
     def finish_adaptation(self, run, chain):
         if self.adapts_step_size(run) and run.state.phase_length(self.name) > 0:
             chain.step_size = chain.final_step_size
+
+    def exact_evals(self, state):
+        # (the dynamics' gradients and metrics are the surrogate's)
+        return [(list(state.evals.get(self.name, [])) + [0])[0], 0, 0]
 
     def report(self, result, states):
         if self.name == "sampling":

@@ -64,6 +64,43 @@ def base_result(name, states):
     return result
 
 
+def run_cost(sampler, states, ess):
+    """What the run paid, per phase and in all (every chain summed), and per effective draw.
+
+    Parameters
+    ----------
+    sampler : Sampler
+        The sampler of the states (its phases count their exact evaluations).
+    states : list of ChainState
+    ess : float
+        The run's minimum bulk ESS (NaN if unknown).
+
+    Returns
+    -------
+    dict
+        ``phases``: per phase name, ``density_evals``, ``gradient_evals``,
+        ``metric_evals`` (exact evaluations of the model: a gradient evaluation also
+        evaluates the density and counts in both) and ``seconds`` (summed over chains);
+        the same four keys in all; ``model_evals`` (density plus gradient evaluations: for a
+        model with an adjoint gradient, forward plus adjoint solves), ``ess_bulk_min`` and
+        ``model_evals_per_effective_draw``.
+    """
+    phases = {}
+    for name, _ in states[0].phases:
+        counts = np.sum([sampler.phase(name).exact_evals(s) for s in states], axis=0)
+        phases[name] = dict(density_evals=int(counts[0]), gradient_evals=int(counts[1]),
+                            metric_evals=int(counts[2]),
+                            seconds=float(sum(s.timings.get(name, 0.0) for s in states)))
+    cost = dict(phases=phases)
+    for key in ("density_evals", "gradient_evals", "metric_evals", "seconds"):
+        cost[key] = sum(p[key] for p in phases.values())
+    cost["model_evals"] = cost["density_evals"] + cost["gradient_evals"]
+    cost["ess_bulk_min"] = float(ess)
+    cost["model_evals_per_effective_draw"] = (cost["model_evals"] / ess if ess > 0
+                                              else float("nan"))
+    return cost
+
+
 def cut_to(state, draws):
     """A copy of a chain's state whose sampling phase ends after ``draws`` iterations (what
     was drawn of a run that was stopped), for a result."""
@@ -80,15 +117,22 @@ def cut_to(state, draws):
     return state
 
 
-def drawn_so_far(name, states, draws, checkpoint=None):
+def sampling_draws(state):
+    """The sampling iterations a chain has made."""
+    if state.done:
+        return state.phase_length("sampling")
+    return state.iteration if state.phase == "sampling" else 0
+
+
+def drawn_so_far(name, states, checkpoint=None):
     """The states of an interrupted run cut to what every chain with sampling draws has
     drawn (warned about), or None when no chain has a draw."""
-    drawn = [(s, s.iteration if s.phase == "sampling" else (draws if s.done else 0))
-             for s in states or []]
+    drawn = [(s, sampling_draws(s)) for s in states or []]
     drawn = [(s, n) for s, n in drawn if n > 0]
     if not drawn:
         return None
     kept = min(n for _, n in drawn)
+    draws = drawn[0][0].phase_length("sampling")
     saved = "" if checkpoint is None else f" (the run is saved in {checkpoint})"
     warnings.warn(f"{name}: interrupted; returning the first {kept} of {draws} draws of "
                   f"chains {[s.chain for s, _ in drawn]} (the chains with sampling "

@@ -22,7 +22,7 @@ from ..adaptation import WarmupSchedule, terminal_buffer
 from ..state import generator_from_json, generator_to_json
 from ._progress import Progress
 
-__all__ = ["Budget", "ChainRun", "run_chain", "CHUNKS_PER_PHASE"]
+__all__ = ["Budget", "ChainRun", "run_chain", "exact_evaluations", "CHUNKS_PER_PHASE"]
 
 # chunks per phase: the progress bar moves and the state is current this often
 CHUNKS_PER_PHASE = 100
@@ -38,14 +38,38 @@ class Budget:
     deadline : float or None
         A ``time.monotonic()`` value: stop at the first chunk end past it (after at least
         one chunk, so that every call moves the chain on).
+    until : int or None
+        Stop when the sampling phase has done this many iterations (a stopping rule's next
+        check).
+    evals : int or None
+        Stop at the first chunk end where the chain has made this many exact density
+        evaluations (over all its phases; a gradient evaluation counts as one).
     """
 
-    def __init__(self, iterations=None, deadline=None):
+    def __init__(self, iterations=None, deadline=None, until=None, evals=None):
         self.iterations = iterations
         self.deadline = deadline
+        self.until = until
+        self.evals = evals
 
-    def past_deadline(self):
-        return self.deadline is not None and time.monotonic() >= self.deadline
+    def iterations_for(self, state):
+        """The iterations this budget allows ``state``."""
+        n = state.iterations_left() if self.iterations is None else self.iterations
+        if self.until is not None:
+            n = min(n, state.iterations_until("sampling", self.until))
+        return n
+
+    def spent(self, sampler, state):
+        """Whether the deadline has passed or the chain has made its evaluations."""
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            return True
+        return self.evals is not None and exact_evaluations(sampler, state) >= self.evals
+
+
+def exact_evaluations(sampler, state):
+    """The exact density evaluations of a chain so far, over its phases (a gradient
+    evaluation counts as one: it evaluates the density too)."""
+    return int(sum(sampler.phase(name).exact_evals(state)[0] for name, _ in state.phases))
 
 
 class ChainRun:
@@ -56,8 +80,9 @@ class ChainRun:
         self.sampler, self.state, self.target = sampler, state, target
         self.generator, self.bar, self.stop_flag, self.budget = generator, bar, stop_flag, budget
 
-    def past_deadline(self):
-        return self.budget.past_deadline()
+    def budget_spent(self):
+        """Whether the chain must pause at this chunk end (see :meth:`Budget.spent`)."""
+        return self.budget.spent(self.sampler, self.state)
 
     def keep_current(self, name, chain):
         """Copy the C chain's state, its counters and the random stream into the state."""
@@ -143,7 +168,7 @@ class ChainRun:
                 phase.window_end(self, chain, adapt_step)
             self.keep_current(phase.name, chain)
             self.bar.transitions_done(phase.name, rows["records"])
-            if stop < boundary or self.past_deadline():
+            if stop < boundary or self.budget_spent():
                 break
         if state.iteration == n_iter and phase.adapt:
             phase.finish_adaptation(self, chain)
@@ -153,14 +178,13 @@ class ChainRun:
         """Continue the chain until its plan is done, its budget is spent or it waits at a
         barrier; the state is updated in place."""
         state, sampler = self.state, self.sampler
-        budget = state.iterations_left() if self.budget.iterations is None \
-            else self.budget.iterations
+        budget = self.budget.iterations_for(state)
         started = budget
         while not state.done and (budget > 0 or state.phases[state.phase_index][1] == 0):
             name, n_iter = state.phases[state.phase_index]
             phase = sampler.phase(name)
             # (the deadline only after some progress: a run must move forward)
-            if phase.waiting(state) or (budget < started and self.past_deadline()):
+            if phase.waiting(state) or (budget < started and self.budget_spent()):
                 break
             start = time.perf_counter()
             chain = phase.make_chain(self)
@@ -211,8 +235,7 @@ def run_chain(sampler, state, target, progress=False, budget=None, stop_flag=Non
         raise ValueError(f"the state has dim {state.dim}, the target {target.dim}")
     budget = budget or Budget()
     generator = generator_from_json(state.rng)
-    total = state.iterations_left() if budget.iterations is None \
-        else min(budget.iterations, state.iterations_left())
+    total = min(budget.iterations_for(state), state.iterations_left())
     bar = Progress(progress, total, f"{sampler.name} chain {state.chain}", position)
     try:
         return ChainRun(sampler, state, target, generator, bar, stop_flag, budget).run()

@@ -76,11 +76,14 @@ class Checkpointer:
         self.every = run.get("checkpoint_every")
         self.seconds = run.get("checkpoint_seconds")
 
-    def write(self, states):
+    def write(self, states, rule=None):
         """Write every chain's state, the sampler's configuration and the run's arguments
         atomically (a temporary file beside the checkpoint, flushed to disk, then renamed over
-        it): a reader sees the previous checkpoint or this one, never a part."""
+        it): a reader sees the previous checkpoint or this one, never a part. With the run's
+        stopping ``rule``, the seconds it has used so far are kept (for ``max_time``)."""
         sampler = self.sampler
+        if rule is not None:
+            self.run["elapsed"] = rule.seconds_used()
         tree = SampleResult(format=_CHECKPOINT_FORMAT, sampler=type(sampler).__name__,
                             arguments=sampler.checkpoint_arguments(), run=self.run,
                             states=[_state_tree(state) for state in states],
