@@ -16,10 +16,11 @@ from .samplers import (ARNSHMC, HMC, L2HMC, RMHMC, RNSHMC, RNSRMHMC, AdaptiveMet
 from .serve import serve_surrogate
 from .surrogate import RandomNetworkSurrogate
 from .targets import Target
+from .auto import sample
 
 __version__ = "0.1.0"
 
-__all__ = ["HMC", "RNSHMC", "ARNSHMC", "RMHMC", "RNSRMHMC", "L2HMC", "GradientFreeRNSHMC",
+__all__ = ["sample", "HMC", "RNSHMC", "ARNSHMC", "RMHMC", "RNSRMHMC", "L2HMC", "GradientFreeRNSHMC",
            "AdaptiveMetropolis", "RandomNetworkSurrogate", "serve_surrogate", "Target", "SampleResult", "load", "ChainState", "resume",
            "models", "datasets", "diagnostics", "fem",
            "__version__"]

@@ -191,8 +191,7 @@ class SampleResult(dict):
         from . import diagnostics
 
         table = diagnostics.summary(self.samples, names=names)
-        table.footer = list(self.get("run_notes", [])) + (
-            [] if "cost" not in self else cost_lines(self["cost"]))
+        table.footer = run_lines(self)
         return table
 
     def draws(self, discard=0, thin=1, flat=False):
@@ -323,6 +322,23 @@ class SampleResult(dict):
         meta = {"format": _FORMAT, "version": _VERSION, "entries": entries}
         arrays[_META_KEY] = np.array(json.dumps(meta))
         np.savez_compressed(path, **arrays)
+
+
+def run_lines(result):
+    """Which sampler ran and why, why it stopped, and its cost, as lines of text."""
+    lines = []
+    if "choice" in result:
+        lines.append(f"sampler: {result['choice']['sampler']} ({result['choice']['reason']})")
+    if "stopping" in result:
+        stop = result["stopping"]
+        line = f"stopped: {stop['reason']} after {stop['draws']} draws per chain"
+        if stop.get("ess") is not None:
+            line += (f" (min bulk ESS {stop['ess']:.0f} for {stop['ess_target']:g} wanted, "
+                     f"max R-hat {stop['rhat']:.3f})")
+        lines.append(line + f", {stop['seconds']:.3g} s")
+    if "cost" in result:
+        lines += cost_lines(result["cost"])
+    return lines
 
 
 def cost_lines(cost):

@@ -95,7 +95,7 @@ class Sampler:
     # ------------------------------------------------------------------------------------------
     # sampling
 
-    def sample(self, draws=None, tune=None, chains=1, rng=None, init=None, progress=True,
+    def sample(self, draws=None, tune=None, chains=4, rng=None, init=None, progress=True,
                pool="auto", checkpoint=None, checkpoint_every=1000, *, ess=None, rhat=1.01,
                max_evals=None, max_time=None):
         """Draw samples.
@@ -109,7 +109,8 @@ class Sampler:
             Iterations per chain before the draws (the sampler's docstring says what they
             do: warm-up, exploration); None: the sampler's default (``DEFAULT_TUNE``).
         chains : int
-            Number of independent chains.
+            Number of independent chains (default 4: R-hat compares them; they run in
+            parallel, see ``pool``).
         rng : None, int, SeedSequence or Generator
             Source of randomness; each chain gets its own child stream (SeedSequence.spawn), so
             the same seed gives bit-identical draws, whatever ``pool`` runs the chains.

@@ -158,9 +158,13 @@ def run_to_end(sampler, states, progress=True, pool="auto", checkpointer=None, r
     if checkpointer is not None:
         every, seconds = checkpointer.every, checkpointer.seconds
     record = None
+    written = (time.monotonic(), progress_of(states))  # (when and where the last checkpoint)
     with chain_pool(sampler, pool, len(states), states[0].dim) as executor:
         while not all(s.done for s in states) or (rule is not None and record is None):
-            deadline = None if seconds is None else time.monotonic() + seconds
+            # a rule's checks end segments too: the checkpoint's interval counts from the last
+            deadline = None if seconds is None else written[0] + seconds
+            iterations = None if every is None else max(1, every - (progress_of(states)
+                                                                   - written[1]))
             try:
                 reason = None if rule is None else rule.verdict(sampler, states)
                 if reason is not None:
@@ -168,8 +172,8 @@ def run_to_end(sampler, states, progress=True, pool="auto", checkpointer=None, r
                 elif all(s.done for s in states):
                     break
                 else:
-                    budget = Budget(every, deadline) if rule is None \
-                        else rule.budget(sampler, states, every, deadline)
+                    budget = Budget(iterations, deadline) if rule is None \
+                        else rule.budget(sampler, states, iterations, deadline)
                     states = run_states(sampler, states, progress=progress, pool=executor,
                                         budget=budget)
                     join_barriers(sampler, states)
@@ -177,6 +181,15 @@ def run_to_end(sampler, states, progress=True, pool="auto", checkpointer=None, r
                 if checkpointer is not None and getattr(error, "states", None) is not None:
                     checkpointer.write(error.states, rule)
                 raise
-            if checkpointer is not None:
+            due = record is not None or all(s.done for s in states) or (
+                every is not None and progress_of(states) - written[1] >= every) or (
+                seconds is not None and time.monotonic() >= deadline)
+            if checkpointer is not None and due:
                 checkpointer.write(states, rule)
+                written = (time.monotonic(), progress_of(states))
     return states, record
+
+
+def progress_of(states):
+    """The iterations the slowest chain has run (over its plan so far)."""
+    return min(sum(int(n) for _, n in s.phases) - s.iterations_left() for s in states)

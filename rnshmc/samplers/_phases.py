@@ -711,6 +711,8 @@ class SurrogateFit(Phase):
     def join(self, states):
         if not any(self.waiting(s) for s in states):
             return
+        for state in states:  # (before the fit: a chain that never moved says so)
+            self.exploration.check_moved(state, self.sampler_name)
         # one surrogate fitted to every chain's training data (in chain order, with chain 0's
         # random stream), given to every chain, and the pooled exploration's covariance for
         # their trajectory lengths
@@ -1041,7 +1043,8 @@ class OnlineInstalls:
         if online.install_times is not None:  # shared: drawn ahead for all chains
             times = online.install_times
             following = times[np.searchsorted(times, t, side="right"):]
-            online.coins_drawn = int(following[0]) if len(following) else n_iter
+            # (with none left, times past t may still come: the phase can grow)
+            online.coins_drawn = int(following[0]) if len(following) else t
             return int(following[0]) if len(following) else None
         last = n_iter if self.freeze_after is None else min(n_iter, self.freeze_after)
         while t < last:

@@ -96,10 +96,12 @@ class StoppingRule:
 
     @staticmethod
     def next_check(n):
-        """The first check after ``n`` sampling iterations."""
-        if n < FIRST_CHECK:
-            return FIRST_CHECK
-        return n + max(MIN_CHECK_SPACING, math.ceil(CHECK_GROWTH * n))
+        """The first check after ``n`` sampling iterations (the checks are fixed: 50, then
+        each 5% past the last, at least 10 past it)."""
+        check = FIRST_CHECK
+        while check <= n:
+            check += max(MIN_CHECK_SPACING, math.ceil(CHECK_GROWTH * check))
+        return check
 
     def seconds_used(self):
         return self.elapsed + time.monotonic() - self.started
@@ -151,10 +153,8 @@ class StoppingRule:
 
     def is_check(self, n):
         """Whether sampling iteration ``n`` is one of the checks."""
-        check = FIRST_CHECK
-        while check < n:
-            check = self.next_check(check)
-        return check == n or (self.draws is not None and n == self.draws)
+        return n >= FIRST_CHECK and self.next_check(n - 1) == n or (
+            self.draws is not None and n == self.draws)
 
     def stop(self, sampler, states, reason):
         """The states cut to the draws every chain has made, and the run's ``stopping``

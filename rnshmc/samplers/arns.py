@@ -44,8 +44,8 @@ class ARNSHMC(RNSHMC):
 
     Attributes
     ----------
-    DEFAULT_TUNE : int
-        200, as RNS-HMC's.
+    DEFAULT_TUNE : "auto"
+        As RNS-HMC's.
 
     The result has the keys of :class:`~rnshmc.RNSHMC`'s (``surrogate``: the last installed
     weights), plus ``installed`` (chains, draws): whether new weights were installed after

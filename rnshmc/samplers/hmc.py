@@ -47,7 +47,7 @@ class HMC(Sampler):
     >>> target = rnshmc.Target(lambda q: -0.5 * q @ q, grad_logp=lambda q: -q, dim=2)
     >>> res = rnshmc.HMC(target, n_steps=5).sample(500, tune=500, rng=0, progress=False)
     >>> res.samples.shape
-    (1, 500, 2)
+    (4, 500, 2)
     """
 
     name = "HMC"

@@ -100,7 +100,7 @@ class L2HMC(Sampler):
     >>> l2 = rnshmc.L2HMC(model).train(200, chains=20, rng=1, progress=False)
     >>> res = l2.sample(200, tune=50, rng=2, progress=False)
     >>> res.samples.shape
-    (1, 200, 2)
+    (4, 200, 2)
     """
 
     name = "L2HMC"
@@ -391,7 +391,8 @@ class L2HMC(Sampler):
             ``states`` themselves and the surrogate's ``fit_residual``.
         """
         explore_seed, weights_seed = np.random.default_rng(rng).spawn(2)
-        rns = RNSHMC(target, **(rns_options or {}))
+        # (one chain, run here: its own surrogate)
+        rns = RNSHMC(target, **dict(dict(share_surrogate=False), **(rns_options or {})))
         start = time.perf_counter()
         state = rns.init_states(draws=1, tune=tune, rng=explore_seed, init=init)[0]
         # the exploration, then the fit (training has no iterations)

@@ -127,7 +127,7 @@ class RMHMC(Sampler):
     >>> res = rnshmc.RMHMC(model, metric="fisher", step_size=0.5, n_steps=3).sample(
     ...     200, tune=100, rng=0, progress=False)
     >>> res.samples.shape
-    (1, 200, 3)
+    (4, 200, 3)
     """
 
     name = "RMHMC"

@@ -1,5 +1,6 @@
 """RNS-HMC: Hamiltonian dynamics on a random-network surrogate, exact Metropolis test
 (Algorithm 3 of Zhang, Shahbaba and Zhao 2017; ``docs/algorithms.md``)."""
+import math
 import warnings
 
 import numpy as np
@@ -132,8 +133,8 @@ class RNSHMC(Sampler):
         False turns the watch off (then only a warning when acceptance collapses).
     share_surrogate : bool
         Fit one surrogate to the training data of all the chains' explorations, pooled, and
-        sample every chain on it (default False: each chain fits its own to its own
-        exploration). The chains wait for each other at the end of their explorations (the
+        sample every chain on it (default True; False: each chain fits its own to its own
+        exploration, and pays its own exploration). The chains wait for each other at the end of their explorations (the
         fit runs once, in the calling process); the trajectory length is chosen from the
         pooled exploration's covariance. A chain whose surrogate the trust watch distrusts
         refits a surrogate of its own. Pooling k chains' explorations gives the fit k times
@@ -152,10 +153,12 @@ class RNSHMC(Sampler):
 
     Attributes
     ----------
-    DEFAULT_TUNE : int
-        ``sample()``'s default ``tune`` (exploration iterations per chain): 200, which aims at
-        the least total cost from a cold start (the trust watch refits a surrogate that
-        proves poor); the papers' protocol is ``tune=5000``.
+    DEFAULT_TUNE : "auto"
+        ``sample()``'s default ``tune`` (exploration iterations per chain): 200 for a chain
+        with its own surrogate; with a shared one, 200 over all the chains, at least 50 each
+        (50 for 4 chains). This aims at the least total cost from a cold start (the trust
+        watch refits a surrogate that proves poor; ``benchmarks/bench_cost.py``); the
+        papers' protocol is ``tune=5000``.
 
     The result has the keys of :meth:`rnshmc.HMC.sample` (``n_density_evals`` and
     ``n_gradient_evals`` count exact evaluations of the target over all phases), plus
@@ -187,15 +190,19 @@ class RNSHMC(Sampler):
     >>> model = rnshmc.models.LogisticRegression(X, y)
     >>> res = rnshmc.RNSHMC(model, n_hidden=200).sample(1000, tune=1000, rng=0, progress=False)
     >>> res.samples.shape
-    (1, 1000, 5)
+    (4, 1000, 5)
     """
 
     name = "RNS-HMC"
-    DEFAULT_TUNE = 200
+    DEFAULT_TUNE = "auto"
+    TUNE_WORDS = ("auto",)
+    # "auto": exploration iterations of one chain alone, and of all the chains together when
+    # they share a surrogate (each at least MIN_SHARED_TUNE)
+    AUTO_TUNE, MIN_SHARED_TUNE = 200, 50
 
     def __init__(self, target, *, n_hidden="auto", surrogate=None, step_size=None,
                  n_steps="auto", jitter=True, delayed_acceptance=False, explore=None, trust=True,
-                 share_surrogate=False, target_accept=0.8, max_energy_error=1000.0,
+                 share_surrogate=True, target_accept=0.8, max_energy_error=1000.0,
                  **deprecated):
         super().__init__(target)
         moved = moved_arguments(type(self).__name__, deprecated, MOVED)
@@ -232,7 +239,12 @@ class RNSHMC(Sampler):
         self.fit, self.phases = surrogate_hmc_phases(self)
 
     def plan(self, draws, tune, chains, dim):
-        n_explore = self.exploration.length(tune if self.n_explore is None else self.n_explore)
+        if self.n_explore is not None:
+            tune = self.n_explore
+        elif tune == "auto":
+            tune = (max(self.MIN_SHARED_TUNE, math.ceil(self.AUTO_TUNE / chains))
+                    if self.share_surrogate else self.AUTO_TUNE)
+        n_explore = self.exploration.length(tune)
         self.leapfrog.check_chains(chains)
         if self.sampling_step_size is not None and np.ndim(self.sampling_step_size) \
                 and len(self.sampling_step_size) != chains:

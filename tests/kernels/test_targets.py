@@ -256,7 +256,7 @@ def test_dim_inferred_from_init(init_shape):
 def test_dim_from_bridgestan_method_and_default_init():
     res = HMC(BridgeStanLike(2, as_method=True), step_size=0.4).sample(20, tune=0, rng=0,
                                                                       progress=False)
-    assert res.samples.shape == (1, 20, 2)
+    assert res.samples.shape == (4, 20, 2)
     with pytest.raises(ValueError, match="dim"):
         HMC(Target(quadratic_logp, grad_logp=quadratic_grad), step_size=0.4).sample(
             20, tune=0, progress=False)

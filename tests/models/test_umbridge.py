@@ -249,7 +249,7 @@ def test_hmc_on_an_umbridge_gaussian(server):
     model = UMBridgeModel(server.url, "posterior")
     result = rnshmc.HMC(model, step_size=0.9, n_steps=3).sample(
         draws=300, tune=20, rng=3, init=MEAN, progress=False)
-    assert result.samples.shape == (1, 300, 2)
+    assert result.samples.shape == (4, 300, 2)
     assert 0.6 < result.acceptance_rate[0] and not result.diverging.any()
     check_mean(result.samples, MEAN)
     check_covariance(result.samples, MEAN, COVARIANCE)

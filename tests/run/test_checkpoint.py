@@ -169,7 +169,7 @@ def test_resume_needs_the_target_of_a_user_model(tmp_path):
     with pytest.raises(ValueError, match="give the run's target"):
         rnshmc.resume(path)
     again = rnshmc.resume(path, target=target, progress=False)
-    assert again.samples.shape == (1, 30, 2)
+    assert again.samples.shape == (4, 30, 2)
 
 
 def test_l2hmc_checkpoint_keeps_weights_and_standardisation(tmp_path):

@@ -150,7 +150,7 @@ def test_l2hmc_toy_energies_build(key):
     sampler = papers.l2hmc(model).initialize(0)
     assert sampler.n_steps == papers.L2HMC_SETTINGS["n_steps"]
     result = sampler.sample(20, tune=0, rng=0, progress=False)
-    assert result.samples.shape == (1, 20, model.dim) and np.all(np.isfinite(result.samples))
+    assert result.samples.shape == (4, 20, model.dim) and np.all(np.isfinite(result.samples))
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")

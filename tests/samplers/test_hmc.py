@@ -460,7 +460,7 @@ def test_jitter_is_uniform():
 def test_docstring_example():
     target = rnshmc.Target(lambda q: -0.5 * q @ q, grad_logp=lambda q: -q, dim=2)
     res = rnshmc.HMC(target, n_steps=5).sample(500, tune=500, rng=0, progress=False)
-    assert res.samples.shape == (1, 500, 2)
+    assert res.samples.shape == (4, 500, 2)
 
 
 def test_result_save_load_round_trip(tmp_path):

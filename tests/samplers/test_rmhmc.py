@@ -222,7 +222,7 @@ def test_unconverged_solve_is_a_counted_rejection():
     model = small_logistic()
     sampler = RMHMC(model, metric="fisher", step_size=0.5, n_steps=3, max_fixed_point_iterations=1)
     with pytest.warns(RuntimeWarning, match="did not converge"):
-        res = sampler.sample(50, tune=0, rng=0, progress=False)
+        res = sampler.sample(50, tune=0, chains=1, rng=0, progress=False)
     assert res.n_implicit_failures[0] == 50
     assert res.implicit_failed.all()
     assert not res.accepted.any()
@@ -390,7 +390,7 @@ def test_solver_statistics_in_arviz():
 def test_continuing_a_run_is_bit_identical():
     model = small_logistic()
     sampler = RMHMC(model, n_steps=2)
-    full = sampler.sample(60, tune=40, rng=5, progress=False)
+    full = sampler.sample(60, tune=40, chains=1, rng=5, progress=False)
     states = sampler.init_states(60, 40, 1, 5)
     sampler.run_states(states, progress=False, stop_after=55)
     sampler.run_states(states, progress=False)
@@ -405,7 +405,7 @@ def test_continuing_a_run_is_bit_identical():
 def test_metric_evaluations_are_counted_as_exact_work():
     model = small_logistic()
     # hmc_warmup=0: all of tune is RMHMC warm-up, whose metric evaluations count too
-    res = RMHMC(model, step_size=0.5, n_steps=2, hmc_warmup=0).sample(40, tune=10, rng=0,
+    res = RMHMC(model, step_size=0.5, n_steps=2, hmc_warmup=0).sample(40, tune=10, chains=1, rng=0,
                                                                       progress=False)
     steps = res.n_steps.sum()
     # every step evaluates G at least at its end point and its derivative terms there

@@ -82,7 +82,7 @@ def test_phases_and_counters():
     model, mean, cov = correlated_gaussian()
     draws, tune = 500, 300
     sampler = rnshmc.RNSHMC(model, n_hidden=50, step_size=0.3, explore=dict(n_steps=6),
-                            surrogate=dict(training_data="states"))
+                            surrogate=dict(training_data="states"), share_surrogate=False)
     res = sampler.sample(draws, tune=tune, chains=2, rng=0, progress=False)
     # exploration: one exact gradient (and density) per leapfrog step, plus the start
     assert np.all(res.n_gradient_evals + 1 == res.n_density_evals_explore)
@@ -119,14 +119,15 @@ def test_delayed_acceptance_saves_exact_evaluations():
 def test_training_window_options():
     model, _, _ = correlated_gaussian()
     res = rnshmc.RNSHMC(model, n_hidden=30, surrogate=dict(n_train=50), step_size=0.3,
-                        explore=dict(n_steps=1, jitter=False)).sample(100, tune=200, rng=0,
-                                                                     progress=False)
+                        explore=dict(n_steps=1, jitter=False)).sample(100, tune=200, chains=1,
+                                                                     rng=0, progress=False)
     assert res.n_train[0] == 50
     assert res.n_gradient_evals[0] == 200 + 1  # the exploration's gradients, and one to start
     with pytest.warns(DeprecationWarning, match=r"sample\(tune=...\)"):
         old = rnshmc.RNSHMC(model, n_hidden=30, n_explore=200, surrogate=dict(n_train=50),
                             step_size=0.3, explore=dict(n_steps=1, jitter=False))
-    np.testing.assert_array_equal(old.sample(100, tune=999, rng=0, progress=False).samples,
+    np.testing.assert_array_equal(old.sample(100, tune=999, chains=1, rng=0,
+                                             progress=False).samples,
                                   res.samples)  # n_explore overrides tune
     with pytest.raises(ValueError, match="n_train"):
         rnshmc.RNSHMC(model, surrogate=dict(n_train=500)).sample(10, tune=100, progress=False)
@@ -138,10 +139,11 @@ def test_acceptance_collapse_warns_when_unwatched():
     model, _, _ = correlated_gaussian()
     with pytest.warns(RuntimeWarning, match="under a third of the exploration"):
         rnshmc.RNSHMC(model, trust=False, **DISTRUSTED).sample(
-            2000, tune=400, rng=1, progress=False)
+            2000, tune=400, chains=1, rng=1, progress=False)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        res = rnshmc.RNSHMC(model, n_hidden=100).sample(1000, tune=400, rng=1, progress=False)
+        res = rnshmc.RNSHMC(model, n_hidden=100).sample(1000, tune=400, chains=1, rng=1,
+                                                         progress=False)
     assert res.n_refits[0] == 0 and not res.exact_dynamics.any() and res.trust_events == [[]]
 
 
@@ -321,7 +323,7 @@ def test_exploration_shorter_than_the_dimension():
     dim = 30
     target = rnshmc.Target(lambda q: -0.5 * q @ q, lambda q: -q, dim=dim)
     res = rnshmc.RNSHMC(target, n_hidden=50, surrogate=dict(training_data="states")).sample(
-        20, tune=20, rng=0, progress=False)
+        20, tune=20, chains=1, rng=0, progress=False)
     assert res.n_train[0] == 16 < dim
     assert 1 <= res.surrogate_n_steps[0] and 1 <= res.exact_n_steps[0]
     with pytest.raises(ValueError, match="positive definite"):
@@ -387,7 +389,7 @@ def test_training_on_whole_trajectories(seed):
     window's non-diverging trajectories under the ceiling (more points than states, at most
     one per step, no extra evaluations counted), and the chain stays exact."""
     model, mean, cov = correlated_gaussian()
-    kwargs = dict(n_hidden=40, explore=dict(n_steps=8))
+    kwargs = dict(n_hidden=40, explore=dict(n_steps=8), share_surrogate=False)
     states = rnshmc.RNSHMC(model, surrogate=dict(n_train=60, training_data="states"),
                            **kwargs).sample(200, tune=300, chains=2, rng=seed, progress=False)
     res = rnshmc.RNSHMC(model, surrogate=dict(n_train=60), **kwargs).sample(

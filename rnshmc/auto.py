@@ -1,0 +1,143 @@
+"""The front door: ``rnshmc.sample(model, ess=1000)`` picks the sampler that reaches the user's
+ESS with the fewest exact model evaluations, and samples until it has (``docs/guide.md``).
+"""
+import math
+
+import numpy as np
+
+from .samplers import ARNSHMC, HMC, GradientFreeRNSHMC
+from .surrogate import RandomNetworkSurrogate, gradient_flops
+from .targets import as_ctarget, check_target, target_dim
+from .validation import check_integer
+
+__all__ = ["sample", "choose_sampler"]
+
+# A surrogate leapfrog step must cost at most this share of an exact density evaluation for
+# surrogate dynamics to pay (besides saving exact gradients, they add a fit and an
+# exploration; a model whose gradient is as cheap as a surrogate's is run exactly).
+SURROGATE_STEP_SHARE = 0.5
+
+
+def choose_sampler(model, dim=None, init=None):
+    """The sampler :func:`sample` uses for ``model``, and why.
+
+    - no gradient (``has_gradient`` False): :class:`~rnshmc.GradientFreeRNSHMC`;
+    - a model cheaper than a surrogate (a surrogate's leapfrog step would cost more than
+      half an exact density evaluation: from the model's ``density_flops`` where it has
+      one, else from timing one evaluation of each): :class:`~rnshmc.HMC`;
+    - otherwise :class:`~rnshmc.ARNSHMC` with one surrogate shared by the chains and
+      refined online.
+
+    Parameters
+    ----------
+    model : the log density (as for the samplers)
+    dim : int or None
+        The dimension, if the model does not say.
+    init : ndarray of shape (dim,) or None
+        Where to time the model (default: zeros).
+
+    Returns
+    -------
+    sampler : rnshmc.samplers._base.Sampler
+    reason : str
+    """
+    check_target(model)
+    dim = target_dim(model) if dim is None else check_integer(dim, "dim", minimum=1)
+    if getattr(model, "has_gradient", True) is False:
+        return (GradientFreeRNSHMC(model, share_surrogate=True),
+                "the model has no gradient: gradient-free RNS-HMC")
+    n_hidden = ARNSHMC(model).hidden_units(dim)
+    share, how = surrogate_step_share(model, dim, n_hidden, init)
+    if share > SURROGATE_STEP_SHARE:
+        return HMC(model), (f"a surrogate leapfrog step would cost {share:.2g} exact densities "
+                            f"({how}): exact HMC")
+    return (ARNSHMC(model, share_surrogate=True),
+            f"a surrogate leapfrog step costs {share:.2g} exact densities ({how}): ARNS-HMC "
+            "with a shared surrogate refined online")
+
+
+def surrogate_step_share(model, dim, n_hidden, init=None):
+    """(cost of a surrogate gradient over an exact density evaluation, how it was found)."""
+    flops = getattr(model, "density_flops", None)
+    if flops:
+        return gradient_flops(dim, n_hidden) / flops, "operation counts"
+    point = np.zeros(dim) if init is None else np.asarray(init, dtype=np.float64)
+    target = as_ctarget(model, dim)
+    model_seconds = target.time_evaluations(point, 1, "potential")
+    if not math.isfinite(model_seconds):
+        model_seconds = 0.0
+    surrogate = surrogate_for_timing(dim, n_hidden)
+    surrogate_seconds = surrogate.time_evaluations(np.zeros(dim), 20, "gradient")
+    if model_seconds < 10 * surrogate_seconds:  # close: time the model a few more times
+        model_seconds = min(model_seconds, target.time_evaluations(point, 5, "potential"))
+    return surrogate_seconds / max(model_seconds, 1e-12), "timed"
+
+
+def surrogate_for_timing(dim, n_hidden):
+    """A fitted surrogate's C target of the size a surrogate sampler would use."""
+    generator = np.random.default_rng(0)
+    points = generator.standard_normal((2 * dim + 2, dim))
+    surrogate = RandomNetworkSurrogate(dim, n_hidden=n_hidden, rng=generator, ridge=1e-3)
+    surrogate.fit(points, 0.5 * np.sum(points ** 2, axis=1))
+    return surrogate._target()
+
+
+def sample(model, ess=1000, *, chains=4, rng=None, init=None, max_evals=None, max_time=None,
+           progress=True, pool="auto", checkpoint=None, checkpoint_every="10min",
+           sampler=None):
+    """Sample ``model`` until the pooled minimum bulk ESS reaches ``ess`` and every R-hat is at
+    most 1.01, with the fewest exact evaluations rnshmc knows how to spend.
+
+    The sampler is chosen from what the model offers (:func:`choose_sampler`): ARNS-HMC with
+    one surrogate shared by the chains and refined online for a model with a gradient,
+    gradient-free RNS-HMC for one without, exact HMC for a model cheaper than a surrogate.
+    Its defaults are the best measured configuration (``benchmarks/bench_cost.py``). The
+    run stops at the first check where both conditions hold (see ``Sampler.sample``'s
+    ``ess``), or when ``max_evals`` or ``max_time`` is spent (with a warning and the draws so
+    far).
+
+    Parameters
+    ----------
+    model : the log density
+        A built-in model, an :class:`rnshmc.Target` or a BridgeStan-style object.
+    ess : float
+        The pooled minimum bulk ESS wanted (default 1000).
+    chains : int
+        Chains, run in parallel on this machine's cores (default 4: R-hat needs several).
+    rng : None, int, SeedSequence or Generator
+    init : None or ndarray of shape (dim,) or (chains, dim)
+        Initial points (None: uniform in (-2, 2), as Stan).
+    max_evals : int or None
+        Budget of exact density evaluations (all chains and phases).
+    max_time : float or None
+        Budget of seconds.
+    progress : bool
+    pool : "auto", None, executor or dask.distributed.Client
+        As for ``Sampler.sample``.
+    checkpoint : None or path
+        Save the run there as it goes; :func:`rnshmc.resume` continues it (to the same
+        draws as the uninterrupted run).
+    checkpoint_every : int, str or datetime.timedelta
+        As for ``Sampler.sample`` (default every 10 minutes).
+    sampler : a sampler or None
+        Use this sampler instead of the chosen one (its own settings; the stopping rule
+        and budgets still apply).
+
+    Returns
+    -------
+    SampleResult
+        The sampler's result (see ``Sampler.sample``), with ``stopping`` (why and where it
+        stopped), ``cost`` (exact evaluations and seconds per phase, model evaluations per
+        effective draw) and ``choice`` (the sampler's name and why it was chosen).
+    """
+    if sampler is None:
+        point = None if init is None else np.asarray(init, dtype=np.float64).reshape(
+            -1, np.shape(init)[-1])[0]
+        sampler, reason = choose_sampler(model, init=point)
+    else:
+        reason = "given"
+    result = sampler.sample(None, chains=chains, rng=rng, init=init, progress=progress,
+                            pool=pool, checkpoint=checkpoint, checkpoint_every=checkpoint_every,
+                            ess=ess, max_evals=max_evals, max_time=max_time)
+    result["choice"] = dict(sampler=sampler.name, reason=reason)
+    return result

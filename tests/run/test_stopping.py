@@ -1,0 +1,132 @@
+"""The stopping rule of ``sample(ess=..., max_evals=..., max_time=...)``: it stops at the first
+check where the pooled min bulk ESS and R-hat hold, never earlier; budgets stop a run with a
+warning; a stopped-and-resumed ``ess=`` run gives the uninterrupted run's draws."""
+import warnings
+
+import numpy as np
+import pytest
+
+import rnshmc
+from rnshmc.diagnostics import SamplingWarning
+from rnshmc.samplers._stopping import FIRST_CHECK, BudgetSpent, StoppingRule, convergence
+from testkit import correlated_gaussian, without_seconds
+
+
+@pytest.fixture(autouse=True)
+def quiet():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SamplingWarning)
+        yield
+
+
+def checks_up_to(n):
+    """The fixed check points up to ``n`` sampling iterations."""
+    points, check = [], FIRST_CHECK
+    while check <= n:
+        points.append(check)
+        check = StoppingRule.next_check(check)
+    return points
+
+
+def test_check_points_are_fixed_and_grow():
+    points = checks_up_to(2000)
+    assert points[:3] == [50, 60, 70]
+    steps = np.diff(points)
+    assert np.all(steps >= 10) and np.all(steps <= np.ceil(0.05 * np.array(points[:-1])) + 10)
+    assert all(StoppingRule.next_check(p - 1) == p for p in points)
+    assert all(StoppingRule.next_check(p) == q for p, q in zip(points, points[1:]))
+    with pytest.raises(ValueError, match="draws, ess"):
+        StoppingRule()
+
+
+@pytest.mark.parametrize("name, seed", [("HMC", 0), ("HMC", 1), ("ARNSHMC", 2)])
+def test_stops_at_the_first_check_where_both_conditions_hold(name, seed):
+    model, _, _ = correlated_gaussian()
+    sampler = getattr(rnshmc, name)(model)
+    ess = 600
+    res = sampler.sample(tune=150, chains=4, rng=seed, progress=False, ess=ess, pool=None)
+    stop = res.stopping
+    n = res.samples.shape[1]
+    assert stop["reason"] == "converged" and stop["draws"] == n and n in checks_up_to(n)
+    bulk, rhat = convergence(res.samples)
+    assert bulk >= ess and rhat <= 1.01
+    assert (stop["ess"], stop["rhat"]) == (bulk, rhat)
+    # the same seed with a planned length draws the same chains: no earlier check holds
+    longer = sampler.sample(n + 100, tune=150, chains=4, rng=seed, progress=False, pool=None)
+    np.testing.assert_array_equal(longer.samples[:, :n], res.samples)
+    for check in checks_up_to(n)[:-1]:
+        bulk, rhat = convergence(longer.samples[:, :check])
+        assert not (bulk >= ess and rhat <= 1.01), check
+
+
+def test_draws_cap_an_ess_run_and_warn():
+    model, _, _ = correlated_gaussian()
+    with pytest.warns(SamplingWarning, match="draws limit at 80 draws per chain"):
+        res = rnshmc.HMC(model).sample(80, tune=100, rng=0, progress=False, ess=10**6)
+    assert res.samples.shape[1] == 80 and res.stopping["reason"] == "draws"
+
+
+def test_evaluation_budget_stops_and_warns():
+    model, _, _ = correlated_gaussian()
+    hmc = rnshmc.HMC(model, n_steps=5, jitter=False)
+    full = hmc.sample(1000, tune=100, chains=2, rng=3, progress=False)
+    budget = int(full.cost["density_evals"] // 2)
+    with pytest.warns(SamplingWarning, match="evaluation budget"):
+        cut = hmc.sample(1000, tune=100, chains=2, rng=3, progress=False, max_evals=budget)
+    n = cut.samples.shape[1]
+    assert cut.stopping["reason"] == "max_evals" and 0 < n < 1000
+    # at the first chunk end past its share, each chain stops: at most a chunk more
+    assert budget <= cut.cost["density_evals"] <= budget + 2 * 6 * (1000 // 100 + 1)
+    np.testing.assert_array_equal(cut.samples, full.samples[:, :n])
+    with pytest.raises(BudgetSpent, match="before the sampling phase began") as raised:
+        hmc.sample(1000, tune=100, chains=2, rng=3, progress=False, max_evals=50)
+    assert len(raised.value.states) == 2
+
+
+def test_time_budget_stops_and_warns():
+    model = rnshmc.models.Gaussian(np.zeros(50), covariance=np.eye(50))
+    hmc = rnshmc.HMC(model, step_size=0.05, n_steps=50)
+    with pytest.warns(SamplingWarning, match="time budget"):
+        res = hmc.sample(10**6, tune=0, chains=2, rng=0, progress=False, max_time=0.5,
+                         pool=None)
+    assert res.stopping["reason"] == "max_time" and 0 < res.samples.shape[1] < 10**6
+    assert 0.5 <= res.stopping["seconds"] < 5
+
+
+def test_a_run_without_limits_records_nothing_and_planned_runs_say_draws():
+    model, _, _ = correlated_gaussian()
+    plain = rnshmc.HMC(model).sample(50, tune=50, rng=0, progress=False)
+    assert "stopping" not in plain
+    budgeted = rnshmc.HMC(model).sample(50, tune=50, rng=0, progress=False, max_evals=10**9)
+    assert budgeted.stopping["reason"] == "draws"
+    np.testing.assert_array_equal(plain.samples, budgeted.samples)
+
+
+@pytest.mark.parametrize("sampler_name", ["HMC", "ARNSHMC"])
+def test_an_ess_run_resumed_from_a_checkpoint_gives_the_uninterrupted_draws(
+        sampler_name, tmp_path, monkeypatch):
+    """The first checkpoint written in the sampling phase (a kill after it loses nothing
+    more), resumed: the same checks, the same stop, the same draws."""
+    from rnshmc.samplers.checkpoint import Checkpointer
+    model, _, _ = correlated_gaussian()
+    kwargs = dict(tune=100, chains=2, rng=4, progress=False, pool=None, ess=400)
+    sampler = getattr(rnshmc, sampler_name)(model, **(
+        {} if sampler_name == "HMC" else dict(n_hidden=100)))  # (small checkpoints)
+    full = sampler.sample(**kwargs)
+    path, copy = tmp_path / "run.npz", tmp_path / "third.npz"
+    write, writes = Checkpointer.write, []
+
+    def write_and_keep_the_first_in_sampling(self, states, rule=None):
+        write(self, states, rule)
+        drawn = min(s.iteration if s.phase == "sampling" else 0 for s in states)
+        if drawn > 0 and not writes:
+            copy.write_bytes(path.read_bytes())
+            writes.append(drawn)
+
+    monkeypatch.setattr(Checkpointer, "write", write_and_keep_the_first_in_sampling)
+    sampler.sample(**kwargs, checkpoint=path, checkpoint_every=40)
+    monkeypatch.undo()
+    assert 0 < writes[0] < full.samples.shape[1]
+    resumed = rnshmc.resume(copy, progress=False, pool=None)
+    np.testing.assert_array_equal(resumed.samples, full.samples)
+    assert without_seconds(resumed.stopping) == without_seconds(full.stopping)
