@@ -124,6 +124,10 @@ class RandomNetworkSurrogate:
         fit's targets; partial fits keep it): numerics only, since c is not penalised.
     input_mean_, input_factor_ : ndarrays of shapes (dim,) and (dim, dim), or None
         The whitening x = input_factor_^{-1} (q - input_mean_) (None without ``whiten``).
+    gradient_metric_ : ndarray of shape (dim, dim) or None
+        M, the lower Cholesky factor of the training inputs' covariance in which gradient
+        misfits are measured (``input_factor_`` with ``whiten``; None for a values-only fit
+        without whitening).
     centres_, widths_ : ndarrays of shapes (n_hidden, dim) and (n_hidden,)
         RBF centres (in x coordinates) and widths, chosen at the fit.
     n_train_ : int
@@ -179,7 +183,7 @@ class RandomNetworkSurrogate:
     # fitting
 
     @_one_blas_thread
-    def fit(self, Q, t, gradients=None, gradient_weight=1.0, online=False):
+    def fit(self, Q, t, gradients=None, gradient_weight=1.0, online=False, like=None):
         """Fit the output weights to values (and optionally gradients) of the potential.
 
         Minimises sum_j (z(q_j) - t_j)^2 + gradient_weight * sum_j |M^T (grad z(q_j) - g_j)|^2
@@ -209,6 +213,14 @@ class RandomNetworkSurrogate:
             Also start the online estimator of :meth:`partial_fit` (O(s^3) more work and
             O(s^2) memory: the inverse of the normal matrix). Needs ``ridge`` > 0, or a
             normal matrix that is positive definite (the rows span the hidden space).
+        like : RandomNetworkSurrogate or None
+            A fitted surrogate whose features to use instead of deriving them from ``Q``:
+            its hidden units (RBF centres and widths included), whitening and gradient
+            metric. With the same features, this fit on all the points a surrogate has seen
+            (its last fit's and its partial fits') solves the problem its online estimator
+            solves, and gives the same weights up to rounding. Its dim, n_hidden, nodes,
+            activation and whiten must be this surrogate's; its hidden units (and
+            weight_scale) are copied into this one.
 
         Returns
         -------
@@ -219,7 +231,9 @@ class RandomNetworkSurrogate:
         ValueError
             If the inputs have wrong shapes or non-finite values; if whitening (or the metric of
             the gradient misfits) is asked for but the training inputs' covariance is singular
-            (fewer than two distinct points) or overflows; or if the fit cannot be done in
+            (fewer than two distinct points) or overflows; if ``like`` is not a fitted surrogate
+            of the same layout (or has no gradient metric and gradients are given); or if the
+            fit cannot be done in
             float64 (targets spanning more than ~1.8e308, hidden units or normal equations
             overflowing): the fit never leaves non-finite weights behind.
         """
@@ -235,10 +249,14 @@ class RandomNetworkSurrogate:
                              "fit: their differences from the minimum overflow float64 "
                              "(rescale the potential)")
         t = t - offset  # numerics only: the unpenalised constant absorbs any shift
-        mean, L = self._input_transform(Q) if self.whiten else (None, None)
+        if like is not None:
+            mean, L, metric, units = self._features_of(like, G is not None)
+        else:
+            mean, L = self._input_transform(Q) if self.whiten else (None, None)
+            metric, units = L, None
         X = Q if L is None else scipy.linalg.solve_triangular(L, (Q - mean).T, lower=True).T
         X = np.ascontiguousarray(X)
-        W, bias, gamma, rbf_units = self._layer(X)
+        W, bias, gamma, rbf_units = self._layer(X, units)
         H, S = hidden_layer(self.activation, X, W, bias, gamma, slopes=True)
         if not _all_finite(W, bias, gamma, H, S):
             raise ValueError("the hidden units are not finite on the training inputs (largest "
@@ -249,7 +267,9 @@ class RandomNetworkSurrogate:
             # Gradient misfits are measured in the metric of the inputs' covariance,
             # |M^T (grad_x z - g_x)| with M M^T = cov(x), so that gradient_weight does not
             # depend on the posterior's scale: write the gradient rows in coordinates M^{-1} x.
-            metric = M = L if L is not None else self._input_transform(Q)[1]
+            if metric is None:
+                metric = self._input_transform(Q)[1]
+            M = metric
             G = G @ M  # rows M^T g
             if L is not None:
                 M = np.eye(self.dim)  # x is already whitened
@@ -284,8 +304,15 @@ class RandomNetworkSurrogate:
         # only now, with nothing left to fail, replace the previous fit's state
         if rbf_units is not None:
             self.centres_, self.widths_ = rbf_units
+        if like is not None:  # the units are like's
+            self.weight_scale = like.weight_scale
+            if self.nodes == "additive":
+                self.input_weights, self.biases = W.copy(), bias.copy()
+            else:
+                self.width_factors = like.width_factors.copy()
         self.output_weights = v
         self.input_mean_, self.input_factor_ = mean, L
+        self.gradient_metric_ = metric
         self.offset_ = offset + constant
         self.target_shift_ = offset
         self.n_train_ = Q.shape[0]
@@ -312,8 +339,9 @@ class RandomNetworkSurrogate:
         """Update the output weights with new points, as if they had been in the last fit.
 
         The weights v and the constant c stay the solution of the fit's problem on all points
-        (the last ``fit``'s and every ``partial_fit``'s) with the fit's hidden units,
-        whitening and gradient metric (docs/algorithms.md section 6). They are updated by
+        (the last ``fit``'s and every ``partial_fit``'s) with the fit's features (hidden
+        units, whitening and gradient metric): the solution ``fit(Q_all, t_all, like=self)``
+        would give, up to rounding (docs/algorithms.md section 6). They are updated by
         recursive least squares in O(s^2) per row (one row per value, ``dim`` more per
         gradient) instead of a refit (O(s^3)); the rows' normal equations are accumulated
         and Theta refreshed from them every ``refresh_every`` rows (default 5000) to stop
@@ -451,17 +479,43 @@ class RandomNetworkSurrogate:
                              ) from None
         return mean, L
 
-    def _layer(self, X):
+    def _features_of(self, like, with_gradients):
+        """(whitening mean, whitening factor, gradient metric, hidden units) of the fitted
+        surrogate ``like``: the hidden units are (input weights, biases) or RBF (centres,
+        widths)."""
+        if not isinstance(like, RandomNetworkSurrogate) or not like.fitted:
+            raise ValueError("like must be a fitted RandomNetworkSurrogate")
+        layout = ("dim", "n_hidden", "nodes", "activation", "whiten")
+        differ = [k for k in layout if getattr(like, k) != getattr(self, k)]
+        if differ:
+            raise ValueError(f"like has another layout ({', '.join(differ)} differ): its "
+                             "features cannot be this surrogate's")
+        metric = getattr(like, "gradient_metric_", like.input_factor_)
+        if with_gradients and metric is None:
+            raise ValueError("like was fitted without gradients (and without whitening), so it "
+                             "has no gradient metric: fit it with gradients, or fit this one "
+                             "without like")
+        units = ((like.input_weights, like.biases) if self.nodes == "additive"
+                 else (like.centres_, like.widths_))
+        return like.input_mean_, like.input_factor_, metric, units
+
+    def _layer(self, X, units=None):
         """The hidden layer acting on x: (W, bias, gamma) in the kernel's form, and the RBF
-        (centres, widths) (None for additive units)."""
+        (centres, widths) (None for additive units); ``units``: another fit's (see
+        :meth:`_features_of`) instead of this surrogate's."""
         if self.nodes == "additive":
-            return self.input_weights, self.biases, None, None
-        # RBF: centres are training inputs picked at random; widths scale with the inputs' spread
-        n = X.shape[0]
-        picks = self._rng.choice(n, size=self.n_hidden, replace=n < self.n_hidden)
-        centres = X[picks]
-        spread = float(np.mean(X.std(axis=0))) or 1.0
-        widths = self.width_factors * spread
+            W, bias = (self.input_weights, self.biases) if units is None else units
+            return W, bias, None, None
+        if units is not None:
+            centres, widths = units
+        else:
+            # RBF: centres are training inputs picked at random; widths scale with the
+            # inputs' spread
+            n = X.shape[0]
+            picks = self._rng.choice(n, size=self.n_hidden, replace=n < self.n_hidden)
+            centres = X[picks]
+            spread = float(np.mean(X.std(axis=0))) or 1.0
+            widths = self.width_factors * spread
         gamma = 1.0 / widths ** 2
         W = np.ascontiguousarray(gamma[:, None] * centres)
         bias = -0.5 * gamma * np.einsum("ij,ij->i", centres, centres)

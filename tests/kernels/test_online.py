@@ -171,6 +171,60 @@ def test_partial_fit_with_gradients_is_the_least_squares_solution(seed):
     assert relative(np.append(online.output_weights, online.offset_), reference) < 1e-7
 
 
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("nodes", ["additive", "rbf"])
+@pytest.mark.parametrize("whiten", [False, True])
+@pytest.mark.parametrize("with_gradients", [False, True])
+@pytest.mark.parametrize("ridge", [1e-6, 0.1])
+def test_partial_fits_solve_the_batch_problem_on_the_same_features(seed, nodes, whiten,
+                                                                   with_gradients, ridge):
+    """A fit on 30 points and 70 one-point partial fits against one fit on all 100 with the
+    same features (like=: hidden units, RBF centres and widths, whitening and gradient metric
+    of the first fit): the same weights, constant and predictions (docs/algorithms.md
+    sections 3 and 6), although the first fit's target shift is not the batch's.
+    The weights themselves are compared, so the normal matrix is kept well enough
+    conditioned (condition number below ~1e9) for them to be determined to 1e-8 by any
+    solver: 20 units with weight_scale=1. With more, nearly collinear units (the whitened
+    additive default 0.2/sqrt(d) makes them nearly linear) the weights at ridge 1e-6 are
+    determined only to cond * eps, and a batch fit differs as much from itself with its rows
+    permuted; the predictions still agree."""
+    Q, t, G = training_points(seed, 100)
+    Qt = training_points(seed + 10, 50)[0]
+    G = G if with_gradients else None
+    options = dict(n_hidden=20, nodes=nodes, ridge=ridge, whiten=whiten, weight_scale=1.0)
+    online = rnshmc.RandomNetworkSurrogate(3, rng=seed, **options)
+    online.fit(Q[:30], t[:30], gradients=None if G is None else G[:30], gradient_weight=0.5,
+               online=True)
+    for j in range(30, 100):
+        online.partial_fit(Q[j], t[j], gradients=None if G is None else G[j])
+    batch = rnshmc.RandomNetworkSurrogate(3, rng=seed + 1, **options)
+    batch.fit(Q, t, gradients=G, gradient_weight=0.5, like=online)
+    assert online.target_shift_ > batch.target_shift_
+    assert relative(np.append(online.output_weights, online.offset_),
+                    np.append(batch.output_weights, batch.offset_)) < 1e-8
+    assert relative(online.predict(Qt), batch.predict(Qt)) < 1e-8
+    assert relative(online.gradient(Qt[0]), batch.gradient(Qt[0])) < 1e-8
+
+
+def test_like_needs_a_fitted_surrogate_of_the_same_layout():
+    Q, t, G = training_points(3, 40)
+    base = rnshmc.RandomNetworkSurrogate(3, n_hidden=10, rng=0).fit(Q, t)
+    with pytest.raises(ValueError, match="fitted"):
+        base.fit(Q, t, like=rnshmc.RandomNetworkSurrogate(3, n_hidden=10))
+    for other, differ in ((rnshmc.RandomNetworkSurrogate(3, n_hidden=11), "n_hidden"),
+                          (rnshmc.RandomNetworkSurrogate(3, n_hidden=10, whiten=True), "whiten"),
+                          (rnshmc.RandomNetworkSurrogate(3, n_hidden=10, nodes="rbf"), "nodes")):
+        with pytest.raises(ValueError, match=f"another layout \\(.*{differ}"):
+            other.fit(Q, t, like=base)
+        assert not other.fitted
+    with pytest.raises(ValueError, match="gradient metric"):
+        rnshmc.RandomNetworkSurrogate(3, n_hidden=10).fit(Q, t, gradients=G, like=base)
+    # refitting with one's own features is a plain refit when they do not depend on the points
+    refit = rnshmc.RandomNetworkSurrogate(3, n_hidden=10, rng=5).fit(Q, t, like=base)
+    np.testing.assert_array_equal(refit.input_weights, base.input_weights)
+    assert relative(refit.output_weights, base.output_weights) < 1e-12
+
+
 def test_saved_online_state_carries_the_constant(tmp_path):
     """get_state(online=True) / from_state through an .npz file: the rebuilt surrogate has
     the installed constant and goes on learning exactly as the original; an install moves
