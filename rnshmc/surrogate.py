@@ -80,9 +80,9 @@ class RandomNetworkSurrogate:
     """A one-hidden-layer network with random hidden units and fitted output weights.
 
     z(q) = sum_i v_i a(q; gamma_i) + c: the hidden units gamma_i are drawn at random once and
-    only the output weights v are fitted, by ridge least squares (Huang et al. 2006; Zhang,
-    Shahbaba and Zhao 2017). The constant c is the minimum of the training targets, which are
-    shifted by it before the fit (as in the authors' code).
+    only the output weights v and the constant c are fitted, by ridge least squares with c
+    unpenalised (Huang et al. 2006; Zhang, Shahbaba and Zhao 2017, whose network has this
+    output bias; docs/algorithms.md section 3).
 
     Parameters
     ----------
@@ -118,9 +118,16 @@ class RandomNetworkSurrogate:
     output_weights : ndarray of shape (n_hidden,)
         The fitted v.
     offset_ : float
-        The constant c (minimum of the training targets).
+        The fitted constant c.
+    target_shift_ : float
+        The number subtracted from the targets before solving (the minimum of the first
+        fit's targets; partial fits keep it): numerics only, since c is not penalised.
     input_mean_, input_factor_ : ndarrays of shapes (dim,) and (dim, dim), or None
         The whitening x = input_factor_^{-1} (q - input_mean_) (None without ``whiten``).
+    gradient_metric_ : ndarray of shape (dim, dim) or None
+        M, the lower Cholesky factor of the training inputs' covariance in which gradient
+        misfits are measured (``input_factor_`` with ``whiten``; None for a values-only fit
+        without whitening).
     centres_, widths_ : ndarrays of shapes (n_hidden, dim) and (n_hidden,)
         RBF centres (in x coordinates) and widths, chosen at the fit.
     n_train_ : int
@@ -176,15 +183,17 @@ class RandomNetworkSurrogate:
     # fitting
 
     @_one_blas_thread
-    def fit(self, Q, t, gradients=None, gradient_weight=1.0, online=False):
+    def fit(self, Q, t, gradients=None, gradient_weight=1.0, online=False, like=None):
         """Fit the output weights to values (and optionally gradients) of the potential.
 
-        Minimises sum_j (z(q_j) - t_j)^2 + gradient_weight * sum_j |L^T (grad z(q_j) - g_j)|^2
-        + ridge |v|^2 over the output weights v, through the normal equations (BLAS dsyrk,
-        LAPACK Cholesky). L is the Cholesky factor of the training inputs' covariance: the
-        gradient misfit is measured along the posterior's own scales (a gradient error times a
-        typical displacement is an error in potential differences), which makes
-        ``gradient_weight`` dimensionless.
+        Minimises sum_j (z(q_j) - t_j)^2 + gradient_weight * sum_j |M^T (grad z(q_j) - g_j)|^2
+        + ridge |v|^2 over the output weights v and the constant c (not penalised, so a
+        constant shift of the targets shifts c alone), through the normal equations (BLAS
+        dsyrk, LAPACK Cholesky). M is the Cholesky factor of the training inputs' covariance:
+        the gradient misfit is measured along the posterior's own scales (a gradient error
+        times a typical displacement is an error in potential differences), which makes
+        ``gradient_weight`` dimensionless. The problem solved is that of
+        docs/algorithms.md section 3; :meth:`partial_fit` solves the same one.
         When the normal matrix is not numerically positive definite (Cholesky fails), or is
         numerically singular with ``ridge=0`` (repeated points, say), a rank-revealing
         least-squares solve is used instead, with a warning.
@@ -204,6 +213,14 @@ class RandomNetworkSurrogate:
             Also start the online estimator of :meth:`partial_fit` (O(s^3) more work and
             O(s^2) memory: the inverse of the normal matrix). Needs ``ridge`` > 0, or a
             normal matrix that is positive definite (the rows span the hidden space).
+        like : RandomNetworkSurrogate or None
+            A fitted surrogate whose features to use instead of deriving them from ``Q``:
+            its hidden units (RBF centres and widths included), whitening and gradient
+            metric. With the same features, this fit on all the points a surrogate has seen
+            (its last fit's and its partial fits') solves the problem its online estimator
+            solves, and gives the same weights up to rounding. Its dim, n_hidden, nodes,
+            activation and whiten must be this surrogate's; its hidden units (and
+            weight_scale) are copied into this one.
 
         Returns
         -------
@@ -214,7 +231,9 @@ class RandomNetworkSurrogate:
         ValueError
             If the inputs have wrong shapes or non-finite values; if whitening (or the metric of
             the gradient misfits) is asked for but the training inputs' covariance is singular
-            (fewer than two distinct points) or overflows; or if the fit cannot be done in
+            (fewer than two distinct points) or overflows; if ``like`` is not a fitted surrogate
+            of the same layout (or has no gradient metric and gradients are given); or if the
+            fit cannot be done in
             float64 (targets spanning more than ~1.8e308, hidden units or normal equations
             overflowing): the fit never leaves non-finite weights behind.
         """
@@ -229,11 +248,15 @@ class RandomNetworkSurrogate:
             raise ValueError(f"the training targets span {offset:.3g} to {top:.3g}, too wide to "
                              "fit: their differences from the minimum overflow float64 "
                              "(rescale the potential)")
-        t = t - offset
-        mean, L = self._input_transform(Q) if self.whiten else (None, None)
+        t = t - offset  # numerics only: the unpenalised constant absorbs any shift
+        if like is not None:
+            mean, L, metric, units = self._features_of(like, G is not None)
+        else:
+            mean, L = self._input_transform(Q) if self.whiten else (None, None)
+            metric, units = L, None
         X = Q if L is None else scipy.linalg.solve_triangular(L, (Q - mean).T, lower=True).T
         X = np.ascontiguousarray(X)
-        W, bias, gamma, rbf_units = self._layer(X)
+        W, bias, gamma, rbf_units = self._layer(X, units)
         H, S = hidden_layer(self.activation, X, W, bias, gamma, slopes=True)
         if not _all_finite(W, bias, gamma, H, S):
             raise ValueError("the hidden units are not finite on the training inputs (largest "
@@ -244,7 +267,9 @@ class RandomNetworkSurrogate:
             # Gradient misfits are measured in the metric of the inputs' covariance,
             # |M^T (grad_x z - g_x)| with M M^T = cov(x), so that gradient_weight does not
             # depend on the posterior's scale: write the gradient rows in coordinates M^{-1} x.
-            M = L if L is not None else self._input_transform(Q)[1]
+            if metric is None:
+                metric = self._input_transform(Q)[1]
+            M = metric
             G = G @ M  # rows M^T g
             if L is not None:
                 M = np.eye(self.dim)  # x is already whitened
@@ -257,31 +282,41 @@ class RandomNetworkSurrogate:
                 f"{np.abs(H).max():.3g}, shifted targets up to {top - offset:.3g}"
                 + ("" if G is None else f", gradients up to {np.abs(G).max():.3g} weighted "
                    f"{gradient_weight:g}") + "): rescale the inputs or the potential")
-        v = self._solve(normal, rhs, t, H, S, gradient_terms)
-        if not _all_finite(v):
+        solution = self._solve(normal, rhs, t, H, S, gradient_terms)
+        v, constant = solution[:-1], float(solution[-1])
+        if not _all_finite(solution) or not math.isfinite(offset + constant):
             # a safety net: the weights would make every surrogate evaluation NaN or inf
             raise ValueError(f"solving the surrogate's normal equations gave non-finite output "
                              f"weights (ridge={self.ridge:g}, {len(t)} training points, "
                              f"{self.n_hidden} hidden units)")
-        ctarget = self._make_ctarget(W, bias, gamma, v, offset, mean, L)
+        ctarget = self._make_ctarget(W, bias, gamma, v, offset + constant, mean, L)
         estimator = None
         if online:
             full = np.triu(normal) + np.triu(normal, 1).T
             try:
-                theta = scipy.linalg.cho_solve(scipy.linalg.cho_factor(full), np.eye(len(v)))
+                theta = scipy.linalg.cho_solve(scipy.linalg.cho_factor(full),
+                                               np.eye(len(solution)))
             except np.linalg.LinAlgError:
                 raise ValueError("online=True needs a positive-definite normal matrix: use "
                                  "ridge > 0 or more training points than hidden units") from None
-            estimator = OnlineLeastSquares(v, theta, None, full, rhs)
+            estimator = OnlineLeastSquares(solution, theta, None, full, rhs)
 
         # only now, with nothing left to fail, replace the previous fit's state
         if rbf_units is not None:
             self.centres_, self.widths_ = rbf_units
+        if like is not None:  # the units are like's
+            self.weight_scale = like.weight_scale
+            if self.nodes == "additive":
+                self.input_weights, self.biases = W.copy(), bias.copy()
+            else:
+                self.width_factors = like.width_factors.copy()
         self.output_weights = v
         self.input_mean_, self.input_factor_ = mean, L
-        self.offset_ = offset
+        self.gradient_metric_ = metric
+        self.offset_ = offset + constant
+        self.target_shift_ = offset
         self.n_train_ = Q.shape[0]
-        self.fit_residual_ = _rms(H @ v - t)
+        self.fit_residual_ = _rms(H @ v + constant - t)
         self.gradient_residual_ = None
         if gradient_terms is not None:
             Xg, Wg, _, Gg, _ = gradient_terms
@@ -293,9 +328,8 @@ class RandomNetworkSurrogate:
         self._online = estimator
         # what partial_fit needs to build new rows as the fit built these
         self._fit_layer = (W, bias, gamma)
-        # (the rows' metric M: identity on whitened inputs; the gradients' transform: L or M)
-        self._fit_gradient = None if gradient_terms is None else (
-            M, L if L is not None else M, gradient_weight)
+        # (the rows' metric: identity on whitened inputs; the gradients' transform: M)
+        self._fit_gradient = None if gradient_terms is None else (M, metric, gradient_weight)
         self.n_online_points_ = 0
         self.fit_time_ = time.perf_counter() - start
         return self
@@ -304,12 +338,14 @@ class RandomNetworkSurrogate:
     def partial_fit(self, Q, t, gradients=None, install=True):
         """Update the output weights with new points, as if they had been in the last fit.
 
-        The weights stay the ridge least-squares solution on all points (the last ``fit``'s
-        and every ``partial_fit``'s) with the fit's hidden units, whitening, offset and
-        gradient weighting, updated by recursive least squares in O(s^2) per row (one row per
-        value, ``dim`` more per gradient) instead of a refit (O(s^3)); the rows' normal
-        equations are accumulated and Theta refreshed from them every ``refresh_every`` rows
-        (default 5000) to stop rounding drift. The fitted surrogate then uses the new weights.
+        The weights v and the constant c stay the solution of the fit's problem on all points
+        (the last ``fit``'s and every ``partial_fit``'s) with the fit's features (hidden
+        units, whitening and gradient metric): the solution ``fit(Q_all, t_all, like=self)``
+        would give, up to rounding (docs/algorithms.md section 6). They are updated by
+        recursive least squares in O(s^2) per row (one row per value, ``dim`` more per
+        gradient) instead of a refit (O(s^3)); the rows' normal equations are accumulated
+        and Theta refreshed from them every ``refresh_every`` rows (default 5000) to stop
+        rounding drift. The fitted surrogate then uses the new weights.
 
         Parameters
         ----------
@@ -347,16 +383,17 @@ class RandomNetworkSurrogate:
             self.input_factor_, (Q - self.input_mean_).T, lower=True).T
         X = np.ascontiguousarray(X)
         H, S = hidden_layer(self.activation, X, W, bias, gamma, slopes=True)
-        rows, targets = [H], [t - self.offset_]
+        # rows [h_j, 1] (the constant's column) with targets t_j minus the first fit's shift;
+        # gradient rows [sqrt(gamma_g) M^T D_j, 0] (a constant has no gradient)
+        R, y = np.hstack([H, np.ones((len(t), 1))]), t - self.target_shift_
         if G is not None and self._fit_gradient is not None:
             M, to_rows, gradient_weight = self._fit_gradient
             root = np.sqrt(gradient_weight)
             terms = (X @ M, W @ M, gamma, G @ to_rows, gradient_weight)
-            D = self._gradient_rows(S, terms).reshape(len(t), self.dim, self.n_hidden)
-            rows = [np.concatenate([H[:, None, :], root * D], axis=1).reshape(-1, self.n_hidden)]
-            targets = [np.concatenate([(t - self.offset_)[:, None], root * (G @ to_rows)],
-                                      axis=1).reshape(-1)]
-        R, y = np.vstack(rows), np.concatenate(targets)
+            D = np.zeros((len(t), self.dim, self.n_hidden + 1))
+            D[:, :, :-1] = root * self._gradient_rows(S, terms).reshape(len(t), self.dim, -1)
+            R = np.concatenate([R[:, None, :], D], axis=1).reshape(-1, self.n_hidden + 1)
+            y = np.concatenate([y[:, None], root * (G @ to_rows)], axis=1).reshape(-1)
         if not _all_finite(R, y):
             raise ValueError("the new points' hidden units or targets are not finite")
         before = estimator.n_updates
@@ -383,11 +420,12 @@ class RandomNetworkSurrogate:
         estimator = getattr(self, "_online", None)
         if estimator is None:
             raise RuntimeError("install needs a fit with online=True first")
-        v = estimator.weights
-        if not _all_finite(v):
+        solution = estimator.weights
+        v, offset = solution[:-1], self.target_shift_ + solution[-1]
+        if not (_all_finite(solution) and math.isfinite(offset)):
             raise ValueError("the online update gave non-finite output weights")
-        self._ctarget.set_output_weights(v)
-        self.output_weights = v
+        self._ctarget.set_output_weights(v, offset)
+        self.output_weights, self.offset_ = v, offset
 
     def _check_training_data(self, Q, t, gradients):
         Q = _real_array(Q, "Q", contiguous=True)
@@ -441,44 +479,75 @@ class RandomNetworkSurrogate:
                              ) from None
         return mean, L
 
-    def _layer(self, X):
+    def _features_of(self, like, with_gradients):
+        """(whitening mean, whitening factor, gradient metric, hidden units) of the fitted
+        surrogate ``like``: the hidden units are (input weights, biases) or RBF (centres,
+        widths)."""
+        if not isinstance(like, RandomNetworkSurrogate) or not like.fitted:
+            raise ValueError("like must be a fitted RandomNetworkSurrogate")
+        layout = ("dim", "n_hidden", "nodes", "activation", "whiten")
+        differ = [k for k in layout if getattr(like, k) != getattr(self, k)]
+        if differ:
+            raise ValueError(f"like has another layout ({', '.join(differ)} differ): its "
+                             "features cannot be this surrogate's")
+        metric = getattr(like, "gradient_metric_", like.input_factor_)
+        if with_gradients and metric is None:
+            raise ValueError("like was fitted without gradients (and without whitening), so it "
+                             "has no gradient metric: fit it with gradients, or fit this one "
+                             "without like")
+        units = ((like.input_weights, like.biases) if self.nodes == "additive"
+                 else (like.centres_, like.widths_))
+        return like.input_mean_, like.input_factor_, metric, units
+
+    def _layer(self, X, units=None):
         """The hidden layer acting on x: (W, bias, gamma) in the kernel's form, and the RBF
-        (centres, widths) (None for additive units)."""
+        (centres, widths) (None for additive units); ``units``: another fit's (see
+        :meth:`_features_of`) instead of this surrogate's."""
         if self.nodes == "additive":
-            return self.input_weights, self.biases, None, None
-        # RBF: centres are training inputs picked at random; widths scale with the inputs' spread
-        n = X.shape[0]
-        picks = self._rng.choice(n, size=self.n_hidden, replace=n < self.n_hidden)
-        centres = X[picks]
-        spread = float(np.mean(X.std(axis=0))) or 1.0
-        widths = self.width_factors * spread
+            W, bias = (self.input_weights, self.biases) if units is None else units
+            return W, bias, None, None
+        if units is not None:
+            centres, widths = units
+        else:
+            # RBF: centres are training inputs picked at random; widths scale with the
+            # inputs' spread
+            n = X.shape[0]
+            picks = self._rng.choice(n, size=self.n_hidden, replace=n < self.n_hidden)
+            centres = X[picks]
+            spread = float(np.mean(X.std(axis=0))) or 1.0
+            widths = self.width_factors * spread
         gamma = 1.0 / widths ** 2
         W = np.ascontiguousarray(gamma[:, None] * centres)
         bias = -0.5 * gamma * np.einsum("ij,ij->i", centres, centres)
         return W, bias, gamma, (centres, widths)
 
     def _normal_equations(self, t, H, S, gradient_terms):
-        """(H^T H + lambda I + gradient terms, H^T t + gradient terms), upper triangle valid.
+        """The normal equations of (v, c), of order s + 1, upper triangle valid: A^T A +
+        lambda diag(1, ..., 1, 0) + gradient terms and A^T t + gradient terms, A = [H, 1]
+        (the constant c is the last unknown, unpenalised).
 
         The gradient of z at x_j is D_j v with column i of D_j equal to S_ji W_i (additive) or
         S_ji (W_i - gamma_i x_j) (RBF, W_i = gamma_i c_i); sum_j D_j^T D_j and sum_j D_j^T g_j
-        reduce to products of N x s matrices, never forming the D_j.
+        reduce to products of N x s matrices, never forming the D_j. They do not involve c.
         """
-        normal = dsyrk(1.0, H, trans=1, lower=0)  # H^T H (upper)
-        rhs = H.T @ t
+        s = self.n_hidden
+        normal, rhs = np.zeros((s + 1, s + 1)), np.empty(s + 1)
+        normal[:s, :s] = dsyrk(1.0, H, trans=1, lower=0)  # H^T H (upper)
+        normal[:s, s], normal[s, s] = H.sum(axis=0), H.shape[0]  # H^T 1, 1^T 1
+        rhs[:s], rhs[s] = H.T @ t, t.sum()
         if gradient_terms is not None:
             X, W, gamma, G, gw = gradient_terms
             StS = dsyrk(1.0, S, trans=1, lower=0)
             StS = np.triu(StS) + np.triu(StS, 1).T
-            normal += gw * (StS * (W @ W.T))                 # (S^T S) o (W W^T)
-            rhs += gw * np.einsum("ji,ji->i", S, G @ W.T)    # column sums of S o (G W^T)
+            normal[:s, :s] += gw * (StS * (W @ W.T))         # (S^T S) o (W W^T)
+            rhs[:s] += gw * np.einsum("ji,ji->i", S, G @ W.T)  # column sums of S o (G W^T)
             if gamma is not None:
                 M = (S * (X @ W.T)).T @ S
                 sq = np.einsum("ij,ij->i", X, X)
-                normal += gw * (np.outer(gamma, gamma) * ((S * sq[:, None]).T @ S)
-                                - M * gamma[None, :] - gamma[:, None] * M.T)
-                rhs -= gw * gamma * (S.T @ np.einsum("ij,ij->i", X, G))
-        normal[np.diag_indices_from(normal)] += self.ridge
+                normal[:s, :s] += gw * (np.outer(gamma, gamma) * ((S * sq[:, None]).T @ S)
+                                        - M * gamma[None, :] - gamma[:, None] * M.T)
+                rhs[:s] -= gw * gamma * (S.T @ np.einsum("ij,ij->i", X, G))
+        normal[np.arange(s), np.arange(s)] += self.ridge
         return normal, rhs
 
     def _solve(self, normal, rhs, t, H, S, gradient_terms):
@@ -499,9 +568,15 @@ class RandomNetworkSurrogate:
                       f"{self.ridge:g}, {len(t)} training points, {self.n_hidden} hidden "
                       "units): falling back to a rank-revealing least-squares solve",
                       RuntimeWarning, stacklevel=3)
+        # The constant is eliminated first (c = mean(t - H v) minimises over c for any v),
+        # so that with ridge=0 the minimum-norm solution is that of v alone: the limit of the
+        # ridge solutions as the ridge goes to zero. (Singular values below eps max(shape)
+        # times the largest count as zero, NumPy's default: centring leaves rounding noise
+        # ~ eps |H| in the directions it removes.)
         rows = len(t) * (1 + (0 if gradient_terms is None else self.dim))
         if rows * self.n_hidden <= _STACKED_LIMIT:
-            blocks, targets = [H], [t]
+            mean_row = H.mean(axis=0)
+            blocks, targets = [H - mean_row], [t - t.mean()]
             if gradient_terms is not None:
                 root = np.sqrt(gradient_terms[4])
                 blocks.append(root * self._gradient_rows(S, gradient_terms))
@@ -509,10 +584,15 @@ class RandomNetworkSurrogate:
             if self.ridge > 0:
                 blocks.append(np.sqrt(self.ridge) * np.eye(self.n_hidden))
                 targets.append(np.zeros(self.n_hidden))
-            return scipy.linalg.lstsq(np.vstack(blocks), np.concatenate(targets),
-                                      lapack_driver="gelsd")[0]
-        full = np.triu(normal) + np.triu(normal, 1).T
-        return scipy.linalg.lstsq(full, rhs, lapack_driver="gelsd")[0]
+            A, b = np.vstack(blocks), np.concatenate(targets)
+        else:  # the same elimination on the normal equations (a Schur complement)
+            full = np.triu(normal) + np.triu(normal, 1).T
+            a, n = full[:-1, -1], full[-1, -1]
+            A, b = full[:-1, :-1] - np.outer(a, a) / n, rhs[:-1] - a * rhs[-1] / n
+            mean_row = a / n
+        v = scipy.linalg.lstsq(A, b, cond=np.finfo(float).eps * max(A.shape),
+                               lapack_driver="gelsd")[0]
+        return np.append(v, t.mean() - mean_row @ v)
 
     def _gradient_rows(self, S, gradient_terms):
         """The D_j stacked: ndarray of shape (N * dim, n_hidden), row j * dim + k = d/dx_k."""
@@ -664,6 +744,10 @@ class RandomNetworkSurrogate:
         surrogate._rng = np.random.default_rng()
         surrogate._ctarget = None if network is None else NetworkTarget(*network)
         if online is not None:
+            if len(online["estimator"][0]) != surrogate.n_hidden + 1:
+                raise ValueError("the saved online estimator has no constant term (saved by an "
+                                 "earlier version of rnshmc): it cannot go on learning; fit "
+                                 "the surrogate again")
             surrogate._online = _rebuild(*online["estimator"])
             surrogate._fit_layer = tuple(online["fit_layer"])
             surrogate._fit_gradient = (None if online["fit_gradient"] is None

@@ -12,7 +12,9 @@ the orthogonal complement of the rows' span). A new row h with target t costs O(
 - v += (t - h^T v) b.
 
 After a ridge start (Theta = (H^T H + lambda I)^{-1}, Phi = 0) only the first branch runs, and
-v stays the ridge solution on all rows. Theta and Phi are stored as upper triangles and updated
+v stays the ridge solution on all rows. (The surrogate's rows end with a column for its
+unpenalised constant, 1 for a value row and 0 for a gradient row, and its start has lambda on
+all diagonal entries but that column's: the same recursion, see docs/algorithms.md section 6.) Theta and Phi are stored as upper triangles and updated
 with dsymv/dsyr/dsyr2, so they are symmetric by construction; the normal matrix H^T H (+
 lambda I) and H^T T are accumulated too (rows buffered and added 64 at a time by one dsyrk) so
 that ``refresh`` can reset Theta and v from a batch solve and stop the recursion's rounding

@@ -94,7 +94,8 @@ cdef class NetworkTarget(CTarget):
     bias : ndarray of shape (n_hidden,)
     output_weights : ndarray of shape (n_hidden,)
     offset : float
-        Constant added to the network output (the training targets' minimum).
+        Constant c added to the network output (fitted, unpenalised: docs/algorithms.md
+        section 3).
     gamma : None or ndarray of shape (n_hidden,)
         RBF precisions 1 / width^2; None for additive nodes.
     input_transform, input_mean : None or ndarrays of shapes (dim, dim) lower-triangular and
@@ -140,13 +141,17 @@ cdef class NetworkTarget(CTarget):
                 raise ValueError("inconsistent input transform shapes")
             self.A, self.mean = input_transform, input_mean
 
-    def set_output_weights(self, weights):
-        """Replace the output weights v in place (ARNS-HMC's installs; a chain using this
-        target must not be running meanwhile)."""
+    def set_output_weights(self, weights, offset=None):
+        """Replace the output weights v (and the constant ``offset``, if given) in place
+        (ARNS-HMC's installs; a chain using this target must not be running meanwhile)."""
         v = np.asarray(weights, dtype=np.float64)
         if v.shape != (self.n_hidden,) or not np.all(np.isfinite(v)):
             raise ValueError(f"output weights must be {self.n_hidden} finite numbers")
+        if offset is not None and not np.isfinite(offset):
+            raise ValueError(f"the offset must be finite, got {offset!r}")
         self._arrays[2][...] = v
+        if offset is not None:
+            self.offset = offset
 
     def __reduce__(self):
         weights, bias, output_weights, gamma, input_transform, input_mean = self._arrays

@@ -118,17 +118,19 @@ def training_points(seed, n, dim=3):
     Q = rng.standard_normal((n, dim)) @ np.diag([1.0, 0.5, 2.0])[:dim, :dim]
     U = lambda q: 0.5 * np.sum(q ** 2, axis=-1) + 0.2 * q[..., 0] ** 3
     grad = lambda q: q + np.eye(dim)[0] * 0.6 * q[..., :1] ** 2
-    order = np.argsort(U(Q))  # the first point has the smallest target: the fit's offset
-    Q = np.concatenate([Q[order[:1]], np.delete(Q, order[0], axis=0)])
+    # the smallest target last: a first fit's target shift (its minimum) is not the batch's
+    lowest = np.argmin(U(Q))
+    Q = np.concatenate([np.delete(Q, lowest, axis=0), Q[lowest:lowest + 1]])
     return Q, U(Q), grad(Q)
 
 
 @pytest.mark.parametrize("seed", [0, 1])
 @pytest.mark.parametrize("refresh_every", [5000, 7])
 def test_partial_fit_equals_a_fit_on_all_points(seed, refresh_every):
-    """Values only, raw inputs: the transform and offset of a fit on the first 40 points are
-    those of a fit on all 100, so partial_fit of the other 60 (in uneven batches) must give
-    the batch fit's weights."""
+    """Values only, raw inputs, additive units: a fit's features do not depend on its
+    points, and the target shift (the minimum of the first 40 targets, not of all 100) does
+    not change the problem, so partial_fit of the other 60 (in uneven batches) must give
+    the weights and constant of a plain fit on all 100."""
     Q, t, _ = training_points(seed, 100)
     online = rnshmc.RandomNetworkSurrogate(3, n_hidden=25, ridge=1e-4, rng=seed)
     online.refresh_every = refresh_every
@@ -136,7 +138,9 @@ def test_partial_fit_equals_a_fit_on_all_points(seed, refresh_every):
     for batch in (slice(40, 41), slice(41, 70), slice(70, 100)):
         online.partial_fit(Q[batch], t[batch])
     batch_fit = rnshmc.RandomNetworkSurrogate(3, n_hidden=25, ridge=1e-4, rng=seed).fit(Q, t)
+    assert online.target_shift_ > batch_fit.target_shift_
     assert relative(online.output_weights, batch_fit.output_weights) < 1e-8
+    assert abs(online.offset_ - batch_fit.offset_) < 1e-8 * (1 + abs(batch_fit.offset_))
     q = np.array([0.3, -0.2, 0.5])
     assert abs(online.potential(q) - batch_fit.potential(q)) < 1e-8 * (1 + abs(batch_fit.potential(q)))
     assert online.n_train_ == 100 and online.n_online_points_ == 60
@@ -146,7 +150,8 @@ def test_partial_fit_equals_a_fit_on_all_points(seed, refresh_every):
 def test_partial_fit_with_gradients_is_the_least_squares_solution(seed):
     """Values and gradients, raw inputs: against the weighted ridge least-squares problem
     written out directly (gradient misfits in the metric of the first fit's input
-    covariance factor M: rows M^T W^T diag(a'(W q + b)), targets M^T g)."""
+    covariance factor M: rows M^T W^T diag(a'(W q + b)), targets M^T g; an unpenalised
+    constant, absent from the gradient rows)."""
     Q, t, G = training_points(seed, 60)
     s, ridge, weight = 20, 1e-5, 0.7
     online = rnshmc.RandomNetworkSurrogate(3, n_hidden=s, ridge=ridge, rng=seed)
@@ -158,10 +163,88 @@ def test_partial_fit_with_gradients_is_the_least_squares_solution(seed):
     H = np.log1p(np.exp(pre))
     slopes = 1.0 / (1.0 + np.exp(-pre))
     D = np.einsum("ji,ik,kl->jli", slopes, W, M)  # (points, dim, s): M^T grad_v of grad z
+    constant = np.r_[np.ones(len(t)), np.zeros(D[:, :, 0].size + s)]
     rows = np.vstack([H, np.sqrt(weight) * D.reshape(-1, s), np.sqrt(ridge) * np.eye(s)])
-    targets = np.concatenate([t - t.min(), np.sqrt(weight) * (G @ M).reshape(-1), np.zeros(s)])
+    rows = np.hstack([rows, constant[:, None]])
+    targets = np.concatenate([t, np.sqrt(weight) * (G @ M).reshape(-1), np.zeros(s)])
     reference = np.linalg.lstsq(rows, targets, rcond=None)[0]
-    assert relative(online.output_weights, reference) < 1e-7
+    assert relative(np.append(online.output_weights, online.offset_), reference) < 1e-7
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("nodes", ["additive", "rbf"])
+@pytest.mark.parametrize("whiten", [False, True])
+@pytest.mark.parametrize("with_gradients", [False, True])
+@pytest.mark.parametrize("ridge", [1e-6, 0.1])
+def test_partial_fits_solve_the_batch_problem_on_the_same_features(seed, nodes, whiten,
+                                                                   with_gradients, ridge):
+    """A fit on 30 points and 70 one-point partial fits against one fit on all 100 with the
+    same features (like=: hidden units, RBF centres and widths, whitening and gradient metric
+    of the first fit): the same weights, constant and predictions (docs/algorithms.md
+    sections 3 and 6), although the first fit's target shift is not the batch's.
+    The weights themselves are compared, so the normal matrix is kept well enough
+    conditioned (condition number below ~1e9) for them to be determined to 1e-8 by any
+    solver: 20 units with weight_scale=1. With more, nearly collinear units (the whitened
+    additive default 0.2/sqrt(d) makes them nearly linear) the weights at ridge 1e-6 are
+    determined only to cond * eps, and a batch fit differs as much from itself with its rows
+    permuted; the predictions still agree."""
+    Q, t, G = training_points(seed, 100)
+    Qt = training_points(seed + 10, 50)[0]
+    G = G if with_gradients else None
+    options = dict(n_hidden=20, nodes=nodes, ridge=ridge, whiten=whiten, weight_scale=1.0)
+    online = rnshmc.RandomNetworkSurrogate(3, rng=seed, **options)
+    online.fit(Q[:30], t[:30], gradients=None if G is None else G[:30], gradient_weight=0.5,
+               online=True)
+    for j in range(30, 100):
+        online.partial_fit(Q[j], t[j], gradients=None if G is None else G[j])
+    batch = rnshmc.RandomNetworkSurrogate(3, rng=seed + 1, **options)
+    batch.fit(Q, t, gradients=G, gradient_weight=0.5, like=online)
+    assert online.target_shift_ > batch.target_shift_
+    assert relative(np.append(online.output_weights, online.offset_),
+                    np.append(batch.output_weights, batch.offset_)) < 1e-8
+    assert relative(online.predict(Qt), batch.predict(Qt)) < 1e-8
+    assert relative(online.gradient(Qt[0]), batch.gradient(Qt[0])) < 1e-8
+
+
+def test_like_needs_a_fitted_surrogate_of_the_same_layout():
+    Q, t, G = training_points(3, 40)
+    base = rnshmc.RandomNetworkSurrogate(3, n_hidden=10, rng=0).fit(Q, t)
+    with pytest.raises(ValueError, match="fitted"):
+        base.fit(Q, t, like=rnshmc.RandomNetworkSurrogate(3, n_hidden=10))
+    for other, differ in ((rnshmc.RandomNetworkSurrogate(3, n_hidden=11), "n_hidden"),
+                          (rnshmc.RandomNetworkSurrogate(3, n_hidden=10, whiten=True), "whiten"),
+                          (rnshmc.RandomNetworkSurrogate(3, n_hidden=10, nodes="rbf"), "nodes")):
+        with pytest.raises(ValueError, match=f"another layout \\(.*{differ}"):
+            other.fit(Q, t, like=base)
+        assert not other.fitted
+    with pytest.raises(ValueError, match="gradient metric"):
+        rnshmc.RandomNetworkSurrogate(3, n_hidden=10).fit(Q, t, gradients=G, like=base)
+    # refitting with one's own features is a plain refit when they do not depend on the points
+    refit = rnshmc.RandomNetworkSurrogate(3, n_hidden=10, rng=5).fit(Q, t, like=base)
+    np.testing.assert_array_equal(refit.input_weights, base.input_weights)
+    assert relative(refit.output_weights, base.output_weights) < 1e-12
+
+
+def test_saved_online_state_carries_the_constant(tmp_path):
+    """get_state(online=True) / from_state through an .npz file: the rebuilt surrogate has
+    the installed constant and goes on learning exactly as the original; an install moves
+    the C target's constant (partial fits without install do not)."""
+    Q, t, G = training_points(4, 90)
+    surrogate = rnshmc.RandomNetworkSurrogate(3, n_hidden=15, ridge=1e-3, rng=0)
+    surrogate.fit(Q[:30], t[:30] + 100.0, gradients=G[:30], online=True)
+    before = surrogate.offset_, surrogate.predict(Q[:5])
+    surrogate.partial_fit(Q[30:60], t[30:60], gradients=G[30:60], install=False)
+    assert (surrogate.offset_, *surrogate.predict(Q[:5])) == (before[0], *before[1])
+    surrogate.install()  # (the new points' targets are 100 lower)
+    assert surrogate.offset_ != before[0] and surrogate._ctarget.offset == surrogate.offset_
+    rnshmc.SampleResult(state=surrogate.get_state(online=True)).save(tmp_path / "s.npz")
+    rebuilt = rnshmc.RandomNetworkSurrogate.from_state(rnshmc.load(tmp_path / "s.npz")["state"])
+    assert rebuilt.offset_ == surrogate.offset_
+    np.testing.assert_array_equal(rebuilt.predict(Q), surrogate.predict(Q))
+    for model in (surrogate, rebuilt):
+        model.partial_fit(Q[60:], t[60:], gradients=G[60:])
+    np.testing.assert_array_equal(rebuilt.predict(Q), surrogate.predict(Q))
+    assert rebuilt.offset_ == surrogate.offset_
 
 
 def test_partial_fit_errors_change_nothing():

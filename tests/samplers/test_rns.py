@@ -13,11 +13,12 @@ from testkit import (check_covariance, check_deprecated_spelling, check_mean,
 
 
 
-# a deliberately poor surrogate: 15 units fitted to 60 states (acceptance 0.5-0.7 instead of
-# the exploration's 0.8, and a fit residual of 0.1-0.4 in potential units)
+# a deliberately poor surrogate: 12 units fitted to 60 states (acceptance 0.3-0.45 instead of
+# the exploration's 0.8, and a fit residual of 0.3-0.5 in potential units; with its fitted
+# constant, 15 units already fit well enough for the surrogate's own distribution to be close)
 # (8 leapfrog steps in exploration); trust=False: the surrogate stays the poor one (no refit,
 # no exact stretches)
-POOR = dict(n_hidden=15, surrogate=dict(n_train=60, training_data="states", gradient_weight=0.0,
+POOR = dict(n_hidden=12, surrogate=dict(n_train=60, training_data="states", gradient_weight=0.0,
                                         whiten=False),
             explore=dict(n_steps=8), trust=False)
 

@@ -115,7 +115,12 @@ def test_value_gradient_hessian_against_numpy(nodes, activation, whiten):
     rng = np.random.default_rng(5)
     for q in Q[:3] + 0.2 * rng.standard_normal((3, 3)):
         value, grad, hess = reference_value_gradient_hessian(sur, q)
-        np.testing.assert_allclose(sur.potential(q), value, rtol=1e-12)
+        # z is a sum of terms v_i a_i and c larger than z (the constant is fitted): its
+        # rounding error is relative to their magnitudes, not z's
+        terms = np.abs(sur.output_weights) @ np.abs(
+            reference_activation(sur.activation, reference_parts(sur, q)[1])[0])
+        np.testing.assert_allclose(sur.potential(q), value, rtol=1e-12,
+                                   atol=8 * np.finfo(float).eps * (terms + abs(sur.offset_)))
         np.testing.assert_allclose(sur.gradient(q), grad, rtol=1e-10, atol=1e-12 * np.abs(grad).max())
         U, g = sur.potential_and_gradient(q)
         assert U == sur.potential(q) and np.array_equal(g, sur.gradient(q))
@@ -149,15 +154,15 @@ def test_gradient_and_hessian_against_finite_differences(nodes, activation, whit
 
 
 def stacked_solution(sur, Q, t, G, gradient_weight):
-    """Output weights from numpy.linalg.lstsq on the explicitly stacked system
-    [H; sqrt(gw) D; sqrt(ridge) I] v = [t - min t; sqrt(gw) g; 0], built from the references."""
+    """Output weights and constant (v, c) from numpy.linalg.lstsq on the explicitly stacked
+    system [H 1; sqrt(gw) D 0; sqrt(ridge) I 0] (v, c) = [t; sqrt(gw) g; 0] (c unpenalised),
+    built from the references."""
     rows, targets = [], []
-    shift = t.min()
     for q, tj in zip(Q, t):
         x, pre, dpre, dx_dq = reference_parts(sur, q)
         a, a1, _ = reference_activation(sur.activation, pre)
-        rows.append(a[None, :])
-        targets.append([tj - shift])
+        rows.append(np.append(a, 1.0)[None, :])
+        targets.append([tj])
     if G is not None:
         # misfits |L^T (grad z - g)| with L L^T the training inputs' covariance
         L = np.linalg.cholesky(np.cov(Q, rowvar=False))
@@ -165,9 +170,9 @@ def stacked_solution(sur, Q, t, G, gradient_weight):
             x, pre, dpre, dx_dq = reference_parts(sur, q)
             _, a1, _ = reference_activation(sur.activation, pre)
             D = dx_dq.T @ (dpre * a1[:, None]).T  # d z / d q = D v
-            rows.append(np.sqrt(gradient_weight) * L.T @ D)
+            rows.append(np.sqrt(gradient_weight) * np.hstack([L.T @ D, np.zeros((3, 1))]))
             targets.append(np.sqrt(gradient_weight) * L.T @ g)
-    rows.append(np.sqrt(sur.ridge) * np.eye(sur.n_hidden))
+    rows.append(np.sqrt(sur.ridge) * np.eye(sur.n_hidden, sur.n_hidden + 1))
     targets.append(np.zeros(sur.n_hidden))
     A, b = np.vstack(rows), np.concatenate(targets)
     return np.linalg.lstsq(A, b, rcond=None)[0], A, b
@@ -181,9 +186,9 @@ def test_fit_matches_lstsq_on_the_stacked_system(nodes, activation, whiten, with
     v_ref, A, b = stacked_solution(sur, Q, U, G if with_gradients else None, 0.3)
     # compare the objective (the solution is unique, but conditioning limits the weights' match)
     objective = lambda v: np.sum((A @ v - b) ** 2)
-    assert objective(sur.output_weights) <= objective(v_ref) * (1 + 1e-9)
-    np.testing.assert_allclose(sur.output_weights, v_ref, rtol=1e-5,
-                               atol=1e-6 * np.abs(v_ref).max())
+    solution = np.append(sur.output_weights, sur.offset_)
+    assert objective(solution) <= objective(v_ref) * (1 + 1e-9)
+    np.testing.assert_allclose(solution, v_ref, rtol=1e-5, atol=1e-6 * np.abs(v_ref).max())
     assert sur.n_train_ == Q.shape[0]
     resid = np.sqrt(np.mean((sur.predict(Q) - U) ** 2))
     np.testing.assert_allclose(sur.fit_residual_, resid, rtol=1e-8)
@@ -203,11 +208,17 @@ def test_gradient_fit_improves_gradients():
     assert errors[1] < 0.7 * errors[0], errors
 
 
-def test_targets_are_shifted_by_their_minimum():
-    sur, Q, U, _ = fitted("additive", "softplus", False, gradients=False)
-    assert sur.offset_ == U.min()
-    sur2 = RandomNetworkSurrogate(3, 60, rng=0).fit(Q, U + 1000.0)
+@pytest.mark.parametrize("ridge", [1e-6, 10.0])
+def test_a_shift_of_the_targets_shifts_only_the_constant(ridge):
+    """The constant is not penalised: the targets' shift (their minimum, for the numerics)
+    does not change the weights, whatever the ridge."""
+    sur, Q, U, _ = fitted("additive", "softplus", False, gradients=False, ridge=ridge)
+    assert sur.target_shift_ == U.min()
+    sur2 = RandomNetworkSurrogate(3, 60, ridge=ridge, rng=0).fit(Q, U + 1000.0)
     np.testing.assert_allclose(sur2.predict(Q), sur.predict(Q) + 1000.0, rtol=1e-9)
+    np.testing.assert_allclose(sur2.output_weights, sur.output_weights, rtol=1e-6,
+                               atol=1e-9 * np.abs(sur.output_weights).max())
+    np.testing.assert_allclose(sur2.offset_, sur.offset_ + 1000.0, rtol=1e-9)
 
 
 def test_singular_system_falls_back_to_rank_revealing_lstsq():
@@ -220,8 +231,11 @@ def test_singular_system_falls_back_to_rank_revealing_lstsq():
     with pytest.warns(RuntimeWarning, match="rank-revealing"):
         sur.fit(Q, t)
     H = reference_activation("softplus", Q @ sur.input_weights.T + sur.biases)[0]
-    v_ref = np.linalg.lstsq(H, t - t.min(), rcond=None)[0]
+    # the constant eliminated (c = mean(t - H v)), then the minimum-norm v: the limit of the
+    # ridge solutions as the ridge goes to zero
+    v_ref = np.linalg.lstsq(H - H.mean(axis=0), t - t.mean(), rcond=None)[0]
     np.testing.assert_allclose(sur.output_weights, v_ref, rtol=1e-6, atol=1e-8 * np.abs(v_ref).max())
+    np.testing.assert_allclose(sur.offset_, np.mean(t - H @ v_ref), rtol=1e-6, atol=1e-8)
     assert sur.fit_residual_ < 1e-6
 
 
