@@ -19,7 +19,7 @@ from ..validation import check_integer
 
 __all__ = ["Checkpointer", "checkpoint_interval", "resume", "SAMPLERS"]
 
-_CHECKPOINT_FORMAT = "rnshmc.Checkpoint/2"
+_CHECKPOINT_FORMAT = "rnshmc.Checkpoint/3"
 
 # sampler classes by name (filled by rnshmc.samplers._base.Sampler.__init_subclass__)
 SAMPLERS = {}

@@ -1,0 +1,179 @@
+"""What a user pays from a cold start to a usable answer: every exact model evaluation (and
+the wall time) until the pooled min bulk ESS reaches 1000 and max R-hat <= 1.01, 4 chains,
+each run stopped by the samplers' own stopping rule (``sample(ess=1000)``).
+
+Competitors, side by side in one run, for each seed:
+  - ``rnshmc.sample(model)``: the front door with its defaults;
+  - HMC at its best (Stan warm-up 200, L = 10; the gradient cached, the same C kernels);
+  - the samplers' own defaults: RNSHMC(model) and ARNSHMC(model) (4 chains, a shared
+    surrogate), and ARNS-HMC with a surrogate per chain (the earlier default);
+  - adaptive Metropolis (warm-up 1000), where it can finish within its budget.
+
+Problems (``--problems``):
+  pde        the authors' elliptic PDE (the synthetic Q1 30x30 one without the papers' data):
+             model evaluations are PDE solves (forward and adjoint count one each);
+  pde60      the papers' setup on a 60x60 Q1 grid (synthetic data), where solves cost more;
+  logistic   the simulated logistic regression (N = 100000, d = 50): wall time matters;
+  schools    eight schools, non-centred and centred (a funnel): the front door must end
+             converged and exact (means of mu and log tau against a long HMC reference on
+             the non-centred form).
+
+    python benchmarks/bench_cost.py [--seeds 0 1] [--problems pde pde60 logistic schools]
+        [--skip am]
+"""
+import argparse
+import time
+import warnings
+
+import numpy as np
+
+import rnshmc
+from rnshmc import papers
+from rnshmc.diagnostics import SamplingWarning
+
+ESS = 1000
+
+
+def competitors(model, skip):
+    runs = {"rnshmc.sample (defaults)": (None, None),
+            "HMC at its best (warm-up 200, L = 10)": (rnshmc.HMC(model, n_steps=10), 200),
+            "RNSHMC defaults": (rnshmc.RNSHMC(model), None),
+            "ARNSHMC defaults": (rnshmc.ARNSHMC(model), None),
+            "ARNSHMC, surrogate per chain": (rnshmc.ARNSHMC(model, share_surrogate=False),
+                                             None)}
+    if "am" not in skip:
+        runs["adaptive Metropolis (warm-up 1000)"] = (rnshmc.AdaptiveMetropolis(model), 1000)
+    return runs
+
+
+def run_one(model, sampler, tune, seed, max_evals):
+    start = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SamplingWarning)
+        warnings.simplefilter("ignore", RuntimeWarning)
+        if sampler is None:
+            result = rnshmc.sample(model, ess=ESS, rng=seed, progress=False,
+                                   max_evals=max_evals)
+        else:
+            result = sampler.sample(None, tune=tune, chains=4, rng=seed, progress=False,
+                                    ess=ESS, max_evals=max_evals)
+    return result, time.perf_counter() - start
+
+
+def cost_table(title, model, seeds, skip, max_evals, unit="solves"):
+    print(f"\n{title}: to min bulk ESS {ESS} and R-hat <= 1.01, 4 chains "
+          f"(model evaluations = densities + gradients)", flush=True)
+    print(f"  {'run':40s} {'seed':>4s} {unit:>9s} {'wall s':>7s} {'draws':>6s} "
+          f"{'min ESS':>7s} {'R-hat':>6s} {'stop':>10s}  chosen")
+    table = {}
+    for seed in seeds:
+        for name, (sampler, tune) in competitors(model, skip).items():
+            result, seconds = run_one(model, sampler, tune, seed, max_evals)
+            stop, cost = result.stopping, result.cost
+            table.setdefault(name, []).append((cost["model_evals"], seconds,
+                                               stop["reason"] == "converged"))
+            chosen = result.get("choice", {}).get("sampler", "")
+            print(f"  {name:40s} {seed:4d} {cost['model_evals']:9d} {seconds:7.1f} "
+                  f"{stop['draws']:6d} {stop['ess']:7.0f} {stop['rhat']:6.3f} "
+                  f"{stop['reason']:>10s}  {chosen}", flush=True)
+    hmc = "HMC at its best (warm-up 200, L = 10)"
+    print(f"\n  medians over seeds, and HMC at its best over each ({unit} and wall time):")
+    base = np.median([c for c, _, _ in table[hmc]]), np.median([s for _, s, _ in table[hmc]])
+    for name, rows in table.items():
+        evals, seconds = np.median([r[0] for r in rows]), np.median([r[1] for r in rows])
+        done = sum(r[2] for r in rows)
+        print(f"  {name:40s} {evals:9.0f} {seconds:7.1f}  HMC/this: {base[0] / evals:5.2f}x "
+              f"{unit}, {base[1] / seconds:5.2f}x time  ({done}/{len(rows)} converged)")
+    return table
+
+
+def eight_schools(centred):
+    """Eight schools (Rubin 1981) as an rnshmc.Target over (mu, log tau, 8 school
+    parameters): theta_j themselves (centred) or theta_j = mu + tau eta_j (non-centred);
+    mu ~ N(0, 5^2), tau ~ half-Cauchy(0, 5) with the log-tau Jacobian."""
+    y = np.array([28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0])
+    sigma = np.array([15.0, 10.0, 16.0, 11.0, 9.0, 11.0, 10.0, 18.0])
+
+    def logp_and_grad(q):
+        mu, log_tau, z = q[0], q[1], q[2:]
+        tau = np.exp(log_tau)
+        grad = np.zeros_like(q)
+        lp = -0.5 * mu ** 2 / 25.0
+        grad[0] = -mu / 25.0
+        lp += -np.log1p(tau ** 2 / 25.0) + log_tau  # half-Cauchy(5) and the Jacobian
+        grad[1] = -2 * tau ** 2 / 25.0 / (1 + tau ** 2 / 25.0) + 1.0
+        if centred:
+            theta = z
+            r = (theta - mu) / tau
+            lp += -0.5 * np.sum(r ** 2) - 8 * log_tau
+            grad[2:] = -r / tau
+            grad[0] += np.sum(r / tau)
+            grad[1] += np.sum(r ** 2) - 8
+        else:
+            theta = mu + tau * z
+            lp += -0.5 * np.sum(z ** 2)
+            grad[2:] = -z
+        e = (y - theta) / sigma ** 2
+        lp += -0.5 * np.sum((y - theta) ** 2 / sigma ** 2)
+        if centred:
+            grad[2:] += e
+        else:
+            grad[0] += np.sum(e)
+            grad[1] += np.sum(e * tau * z)
+            grad[2:] += e * tau
+        return lp, grad
+
+    return rnshmc.Target(None, logp_and_grad=logp_and_grad, dim=10)
+
+
+def schools_section(args):
+    print("\neight schools: the front door on a funnel (Python targets: the front door times "
+          "them)", flush=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        reference = rnshmc.HMC(eight_schools(False), n_steps=20).sample(
+            20000, tune=2000, chains=4, rng=99, progress=False)
+    mu = reference.samples[..., 0].mean()
+    log_tau = reference.samples[..., 1].mean()
+    print(f"  reference (non-centred HMC, 4 x 20000): mean mu {mu:.3f}, mean log tau "
+          f"{log_tau:.3f}, R-hat {reference.health['rhat_max']:.3f}")
+    for centred in (False, True):
+        model = eight_schools(centred)
+        for seed in args.seeds:
+            result, seconds = run_one(model, None, None, seed, 10 ** 6)
+            s, stop = result.samples, result.stopping
+            mcse = rnshmc.diagnostics.mcse_mean(s[..., :2])
+            z = (np.array([s[..., 0].mean(), s[..., 1].mean()]) - [mu, log_tau]) / mcse
+            print(f"  {'centred' if centred else 'non-centred':12s} seed {seed}: "
+                  f"{result.choice['sampler']}, {stop['reason']}, {stop['draws']} draws, "
+                  f"min ESS {stop['ess']:.0f}, R-hat {stop['rhat']:.3f}, "
+                  f"{result.cost['model_evals']} evaluations, {seconds:.1f} s, "
+                  f"divergent {int(result.diverging.sum())}; mean error in MCSE: "
+                  f"mu {z[0]:+.1f}, log tau {z[1]:+.1f}", flush=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    parser.add_argument("--problems", nargs="+", default=["pde", "pde60", "logistic",
+                                                          "schools"])
+    parser.add_argument("--skip", nargs="*", default=[])
+    args = parser.parse_args()
+    print(f"rnshmc {rnshmc.__version__}; seeds {args.seeds}")
+    if "pde" in args.problems:
+        model, title = papers.load_pde()
+        cost_table(f"elliptic PDE, {title}", model, args.seeds, args.skip, 500_000)
+    if "pde60" in args.problems:
+        model = rnshmc.models.EllipticPDE(n=60, element="Q1", rng=0)
+        cost_table("elliptic PDE, the papers' setup on a 60x60 Q1 grid (synthetic data)",
+                   model, args.seeds, args.skip, 500_000)
+    if "logistic" in args.problems:
+        model = papers.load_logistic("simulated", seed=0)
+        cost_table("simulated logistic regression, N = 100000, d = 50", model, args.seeds,
+                   ["am"] + list(args.skip), 400_000, unit="evals")
+    if "schools" in args.problems:
+        schools_section(args)
+
+
+if __name__ == "__main__":
+    main()
