@@ -134,10 +134,14 @@ def run_states(sampler, states, progress=True, pool=None, budget=None):
     return states
 
 
-def join_barriers(sampler, states):
-    """Run the joins of the phases where chains wait, once every chain is done or waits."""
+def join_barriers(sampler, states, until=None):
+    """Run the joins of the phases where chains wait, once every chain is done, waits, or
+    has reached sampling iteration ``until`` (a stopping rule's check, which it passes only
+    once the waiting chains have caught up: a chain that left a shared barrier, a surrogate
+    of its own, does not wait there)."""
     waiting = [s for s in states if sampler.waiting(s)]
-    if not waiting or not all(s.done or sampler.waiting(s) for s in states):
+    paused = lambda s: until is not None and s.phase == "sampling" and s.iteration >= until
+    if not waiting or not all(s.done or sampler.waiting(s) or paused(s) for s in states):
         return
     for name in dict.fromkeys(s.phase for s in waiting):  # (in chain order, once each)
         sampler.phase(name).join(states)
@@ -174,9 +178,13 @@ def run_to_end(sampler, states, progress=True, pool="auto", checkpointer=None, r
                 else:
                     budget = Budget(iterations, deadline) if rule is None \
                         else rule.budget(sampler, states, iterations, deadline)
+                    before = positions(sampler, states)
                     states = run_states(sampler, states, progress=progress, pool=executor,
                                         budget=budget)
-                    join_barriers(sampler, states)
+                    join_barriers(sampler, states, budget.until)
+                    if positions(sampler, states) == before:  # never loop in silence
+                        raise RuntimeError(f"{sampler.name}: no chain moved in a segment (a "
+                                           f"bug): {[repr(s) for s in states]}")
             except BaseException as error:
                 if checkpointer is not None and getattr(error, "states", None) is not None:
                     checkpointer.write(error.states, rule)
@@ -188,6 +196,11 @@ def run_to_end(sampler, states, progress=True, pool="auto", checkpointer=None, r
                 checkpointer.write(states, rule)
                 written = (time.monotonic(), progress_of(states))
     return states, record
+
+
+def positions(sampler, states):
+    """Where every chain is (phase, iteration, whether it waits at a barrier)."""
+    return [(s.phase_index, s.iteration, sampler.waiting(s)) for s in states]
 
 
 def progress_of(states):

@@ -988,6 +988,12 @@ class OnlineInstalls:
         online.estimator, online.shared = surrogate, False
         # twice the fitted potentials' range above their minimum
         online.ceiling = float(2 * np.max(U) - np.min(U))
+        if online.install_times is not None:
+            # a chain leaving the shared estimator (a refit of its own) installs by its own
+            # coins from here on, not at the shared times (one may be due right now: left
+            # pending, it would stop every segment where it starts)
+            online.install_times, online.install_at, online.install_drawn = None, None, False
+            online.coins_drawn = state.iteration if state.phase == "sampling" else 0
 
     def shared_fit(self, states):
         """After a shared fit: the install times, common to all chains, drawn ahead from
@@ -1005,12 +1011,13 @@ class OnlineInstalls:
     def draw_shared_installs(self, states, length):
         """Draw the shared install times of a sampling phase of ``length`` iterations (those
         not drawn yet: the coins continue their stream when the phase grows)."""
-        first = states[0].parts["online"]
+        sharing = [s for s in states if s.parts["online"].install_times is not None]
+        first = sharing[0].parts["online"]
         coins = generator_from_json(first.coins_rng)
         last = length - 1 if self.freeze_after is None else min(length - 1, self.freeze_after)
         times = [t for t in range(first.coins_until + 1, last + 1)
                  if coins.random() < self.rate(t)]
-        for state in states:
+        for state in sharing:
             online = state.parts["online"]
             online.install_times = np.concatenate([online.install_times,
                                                    np.array(times, np.int64)])
@@ -1023,7 +1030,7 @@ class OnlineInstalls:
         onlines = [s.parts.get("online") for s in states]
         if any(online is None for online in onlines):
             return  # not fitted yet: the fit plans for the new length
-        if onlines[0].install_times is not None:
+        if any(online.install_times is not None for online in onlines):
             self.draw_shared_installs(states, length)
         for online in onlines:
             if online.install_at is None:
@@ -1227,6 +1234,9 @@ class SurrogateSampling(Phase):
                 self.online.refresh(run, chain, dynamics.mode)
             first = state.iteration
             stop = min(self.segment_stop(state, n_iter), n_iter)
+            if stop <= first:  # never loop in silence
+                raise RuntimeError(f"{run.sampler.name} chain {state.chain}: a sampling "
+                                   f"segment ends where it starts ({first}; a bug)")
             n = run.run_chunks(self, chain, min(budget - ran, stop - first))
             if n == 0:
                 break

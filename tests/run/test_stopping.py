@@ -130,3 +130,21 @@ def test_an_ess_run_resumed_from_a_checkpoint_gives_the_uninterrupted_draws(
     resumed = rnshmc.resume(copy, progress=False, pool=None)
     np.testing.assert_array_equal(resumed.samples, full.samples)
     assert without_seconds(resumed.stopping) == without_seconds(full.stopping)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_chain_that_left_the_shared_surrogate_does_not_stall_the_others(seed):
+    """A chain whose surrogate the trust watch distrusted refits one of its own and stops
+    waiting at the shared installs; at a check it pauses, and the join of the chains still
+    waiting must run then (once, a livelock: every segment moved nothing)."""
+    model, mean, cov = correlated_gaussian()
+    sampler = rnshmc.ARNSHMC(model, n_hidden=20, explore=dict(n_steps=8),
+                             surrogate=dict(training_data="states", gradient_weight=0.0,
+                                            whiten=False),
+                             trust=dict(ratio=0.8, window=20, refit_iterations=50))
+    res = sampler.sample(tune=100, chains=4, rng=seed, progress=False, ess=400, pool=None)
+    assert res.stopping["reason"] == "converged"
+    assert 0 < res.n_refits.sum() and res.n_refits.min() == 0  # some chains left, some not
+    longer = sampler.sample(res.samples.shape[1] + 50, tune=100, chains=4, rng=seed,
+                            progress=False, pool=None)
+    np.testing.assert_array_equal(longer.samples[:, :res.samples.shape[1]], res.samples)
