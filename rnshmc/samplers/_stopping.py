@@ -5,7 +5,7 @@ reaches ``ess`` and the largest R-hat is at most ``rhat`` (both over the coordin
 sampling draws of all chains: :func:`rnshmc.diagnostics.ess_bulk`, :func:`~rnshmc.diagnostics.rhat`),
 or a budget of exact evaluations (``max_evals``) or of wall time (``max_time``) is spent.
 
-The conditions are checked at fixed sampling iterations (:meth:`StoppingRule.checks`: 50,
+The conditions are checked at fixed sampling iterations (:meth:`StoppingRule.next_check`: 50,
 then every 5%, at least every 10): the chains run in segments that end there (the
 execution layer's loop), so a check reads the draws made and re-runs nothing, and a run
 stopped and resumed checks at the same points and stops at the same draw. The sampling
@@ -172,8 +172,11 @@ class StoppingRule:
             error.states = states
             raise error
         if self.open_ended:
-            samples = np.stack([s.outputs["sampling"]["samples"][:n] for s in states])
-            record["ess"], record["rhat"] = convergence(samples)
+            if self.checked is not None and self.checked[0] == n:  # (checked at n already)
+                record["ess"], record["rhat"] = self.checked[1:]
+            else:
+                samples = np.stack([s.outputs["sampling"]["samples"][:n] for s in states])
+                record["ess"], record["rhat"] = convergence(samples)
             if reason != "converged":
                 warnings.warn(
                     f"{name}: stopped by the {reason_text(reason)} at {n} draws per chain, "
