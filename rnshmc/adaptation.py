@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-__all__ = ["WarmupSchedule", "regularized_variance", "initial_step_size",
+__all__ = ["WarmupSchedule", "RepeatedWarmup", "regularized_variance", "initial_step_size",
            "trajectory_length_for_min_ess"]
 
 # The terminal buffer (step size only, after the last mass-matrix window) is the step size's
@@ -81,6 +81,29 @@ class WarmupSchedule:
         """Iterations at which the adaptation flags change or a window ends (sorted): where the
         C loop must hand back to Python."""
         points = {self.slow_start, self.slow_end} | {end + 1 for end in self.ends}
+        return sorted(p for p in points if 0 < p < self.n_tune)
+
+
+class RepeatedWarmup:
+    """``n_tune`` iterations in rounds of ``round_length``, each with Stan's schedule for a
+    warm-up of that length (:class:`WarmupSchedule`): a warm-up that may be lengthened by
+    whole rounds (an exploration that goes on until its surrogate is good enough), whose
+    windows do not move when it is."""
+
+    def __init__(self, round_length, n_tune):
+        self.round = WarmupSchedule(round_length, term_buffer=terminal_buffer(round_length))
+        self.round_length, self.n_tune = round_length, n_tune
+
+    def in_slow_window(self, i):
+        return self.round.in_slow_window(i % self.round_length)
+
+    def window_end(self, i):
+        return self.round.window_end(i % self.round_length)
+
+    def boundaries(self):
+        points = set()
+        for start in range(0, self.n_tune, self.round_length):
+            points |= {start} | {start + p for p in self.round.boundaries()}
         return sorted(p for p in points if 0 < p < self.n_tune)
 
 

@@ -6,6 +6,7 @@ import math
 import numpy as np
 
 from .samplers import ARNSHMC, HMC, GradientFreeRNSHMC
+from .samplers._base import earlier_run
 from .surrogate import RandomNetworkSurrogate, gradient_flops
 from .targets import as_ctarget, check_target, target_dim
 from .validation import check_integer
@@ -105,8 +106,11 @@ def sample(model, ess=1000, *, chains=4, rng=None, init=None, max_evals=None, ma
     chains : int
         Chains, run in parallel on this machine's cores (default 4: R-hat needs several).
     rng : None, int, SeedSequence or Generator
-    init : None or ndarray of shape (dim,) or (chains, dim)
-        Initial points (None: uniform in (-2, 2), as Stan).
+    init : None, ndarray of shape (dim,) or (chains, dim), SampleResult or path
+        Initial points (None: uniform in (-2, 2), as Stan); or an earlier run on the same
+        model (its result or checkpoint file): a warm start, which continues its chains with
+        their surrogate, mass matrix and step size, without a new exploration (see
+        ``Sampler.sample``).
     max_evals : int or None
         Budget of exact density evaluations (all chains and phases).
     max_time : float or None
@@ -131,8 +135,8 @@ def sample(model, ess=1000, *, chains=4, rng=None, init=None, max_evals=None, ma
         effective draw) and ``choice`` (the sampler's name and why it was chosen).
     """
     if sampler is None:
-        point = None if init is None else np.asarray(init, dtype=np.float64).reshape(
-            -1, np.shape(init)[-1])[0]
+        point = None if init is None or earlier_run(init) is not None else np.asarray(
+            init, dtype=np.float64).reshape(-1, np.shape(init)[-1])[0]
         sampler, reason = choose_sampler(model, init=point)
     else:
         reason = "given"

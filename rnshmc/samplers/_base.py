@@ -23,7 +23,7 @@ from ..validation import check_integer, user_stacklevel
 from . import _execution, _result
 from ._runner import Budget, run_chain
 from ._stopping import StoppingRule
-from .checkpoint import SAMPLERS, Checkpointer, checkpoint_interval
+from .checkpoint import SAMPLERS, Checkpointer, checkpoint_interval, checkpoint_states
 
 __all__ = ["Sampler"]
 
@@ -51,6 +51,9 @@ class Sampler:
     TUNE_WORDS = ()
     # arguments a sampler saves in another form (its checkpoint_arguments adds them)
     NOT_CHECKPOINTED = ()
+    # the phase a warm start (``init=`` an earlier run) re-enters: the phases before it are
+    # kept as the earlier run left them (None: this sampler cannot start warm)
+    WARM_FROM = None
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -88,6 +91,15 @@ class Sampler:
     def report(self, result, states):
         """Add the sampler's own keys (and warnings) to a run's result."""
 
+    def warm_parts(self, state):
+        """Prepare the part states of a chain carried over from an earlier run for a warm
+        start (see :meth:`warm_states`)."""
+
+    def initial_parts(self, tune, chains):
+        """The part states every chain starts with (a dict: name -> PartState; copied for
+        each chain) for a run of ``tune`` (as given to ``sample()``) and ``chains``."""
+        return {}
+
     def calls_python(self):
         """Whether the sampler calls Python functions besides the target's (a metric)."""
         return False
@@ -114,8 +126,14 @@ class Sampler:
         rng : None, int, SeedSequence or Generator
             Source of randomness; each chain gets its own child stream (SeedSequence.spawn), so
             the same seed gives bit-identical draws, whatever ``pool`` runs the chains.
-        init : None or ndarray of shape (dim,) or (chains, dim)
+        init : None, ndarray of shape (dim,) or (chains, dim), SampleResult or path
             Initial points. None draws each coordinate uniformly from (-2, 2), as Stan does.
+            An earlier run of this sampler on the same model (its result, or its checkpoint
+            file) starts warm: each chain continues from where that run's chain ended, with
+            its step size, mass matrix and, for surrogate samplers, its surrogate and
+            sampling kernel, and without the phases before ``WARM_FROM`` (warm-up,
+            exploration); ``chains`` and ``tune`` are the earlier run's then. See
+            :meth:`warm_states`.
         progress : bool
             Show a progress bar per chain with its phase, acceptance and divergences (serial
             chains and thread pools; chains in other processes run without one).
@@ -182,9 +200,13 @@ class Sampler:
                                       "rnshmc.resume(), or remove it")
             self.checkpoint_arguments()  # fails now, not at the first checkpoint
             checkpointer = Checkpointer(checkpoint, self, run)
+        previous = earlier_run(init)
+        if previous is not None:
+            chains = len(previous)
         planned = draws if rule is None else rule.initial_draws(check_integer(
             chains, "chains", minimum=1))
-        states = self.init_states(planned, tune, chains, rng, init)
+        states = (self.init_states(planned, tune, chains, rng, init) if previous is None
+                  else self.warm_states(previous, planned, rng))
         return self.continue_run(states, run, progress=progress, pool=pool,
                                  checkpointer=checkpointer)
 
@@ -207,6 +229,7 @@ class Sampler:
         result = self.result(states)
         if stopping is not None:
             result["stopping"] = stopping
+        object.__setattr__(result, "_chain_states", states)  # (for a warm start; not saved)
         return result
 
     def init_states(self, draws=1000, tune=None, chains=1, rng=None, init=None):
@@ -226,13 +249,73 @@ class Sampler:
         inits = self._initial_points(init, chains, generators)
         dim = inits.shape[1]
         plan = self.plan(draws, tune, chains, dim)
+        parts = self.initial_parts(tune, chains)
         inverse_masses = ([None] * chains if self.leapfrog is None
                           else self.leapfrog.inverse_masses(dim, chains))
         return [ChainState(
             sampler=self.name, chain=c, dim=dim, phases=[list(p) for p in plan], phase_index=0,
             iteration=0, phase_started=False, rng=generator_to_json(generators[c]),
             init=inits[c], kernel=None, inverse_mass=inverse_masses[c], outputs={}, evals={},
-            timings={}, parts={}) for c in range(chains)]
+            timings={}, parts={name: part.copy() for name, part in parts.items()})
+            for c in range(chains)]
+
+    def warm_states(self, previous, draws=1000, rng=None):
+        """The initial states of a warm start: each chain of an earlier run (its final
+        :class:`~rnshmc.ChainState`) continued with a new sampling phase of ``draws``
+        iterations and a new random stream, entering the plan at ``WARM_FROM`` (the phases
+        before it are kept as they were, counted as no evaluations and no time).
+
+        Parameters
+        ----------
+        previous : list of ChainState
+            The earlier run's chains (of this sampler, past their phases before
+            ``WARM_FROM``).
+        draws : int
+        rng : None, int, SeedSequence or Generator
+
+        Returns
+        -------
+        list of ChainState
+
+        Raises
+        ------
+        ValueError
+            If this sampler cannot start warm, or the states are not from a run of it that
+            reached ``WARM_FROM``.
+        """
+        if self.WARM_FROM is None:
+            raise ValueError(f"{self.name} cannot start from an earlier run (init=result): "
+                             "give initial points instead")
+        draws = check_integer(draws, "draws", minimum=1)
+        generators = chain_generators(rng, len(previous))
+        states = []
+        for state, generator in zip(previous, generators):
+            names = [name for name, _ in state.phases]
+            if state.sampler != self.name or self.WARM_FROM not in names:
+                raise ValueError(f"init: a run of {state.sampler}, not of {self.name}")
+            if self.dim is not None and state.dim != self.dim:
+                raise ValueError(f"init: the earlier run's model has dimension {state.dim}, "
+                                 f"this one {self.dim}")
+            index = names.index(self.WARM_FROM)
+            if state.phase_index <= index or state.kernel is None:
+                raise ValueError(f"init: chain {state.chain} of the earlier run did not get "
+                                 f"past its {self.WARM_FROM} phase")
+            new = state.copy()
+            new.phases = [[name, int(length) if i < index else 0]
+                          for i, (name, length) in enumerate(state.phases)]
+            new.phases[-1][1] = draws  # (the sampling phase)
+            new.phase_index, new.iteration, new.phase_started = index, 0, False
+            new.outputs = {name: value for name, value in new.outputs.items()
+                           if name in names[:index]}
+            # (the phases kept cost this run nothing)
+            new.evals = {name: [0] * len(counts) for name, counts in state.evals.items()
+                         if name in names[:index]}
+            new.timings = {name: 0.0 for name in state.timings if name in names[:index]}
+            new.rng = generator_to_json(generator)
+            new.init = np.array(new.kernel["position"], dtype=np.float64)
+            self.warm_parts(new)
+            states.append(new)
+        return states
 
     def run_states(self, states, progress=True, pool=None, stop_after=None, deadline=None):
         """Continue every chain's state, for ``stop_after`` more iterations each (None: to the
@@ -342,6 +425,19 @@ def warn_unadapted(name, tune, step_size):
     if tune == 0 and step_size is None:
         warnings.warn(f"tune=0 with step_size=None: {name} samples with the heuristic "
                       "initial step size, unadapted", stacklevel=user_stacklevel())
+
+
+def earlier_run(init):
+    """The chain states of an earlier run given as ``init`` (a result of ``sample()``, or the
+    path of its checkpoint), or None for initial points."""
+    if isinstance(init, (str, os.PathLike)):
+        return checkpoint_states(init)
+    states = getattr(init, "_chain_states", None) if isinstance(init, dict) else None
+    if isinstance(init, dict) and states is None:
+        raise ValueError("init: this result does not hold its chains' final states (a "
+                         "result loaded from a file, or an interrupted run): give the "
+                         "run's checkpoint file instead")
+    return states
 
 
 def _recording_arguments(init):

@@ -25,7 +25,7 @@ from .._kernels._metrics import EuclideanMetric
 from .._kernels._metropolis import MetropolisChain
 from .._kernels._chain import TRANSITION
 from .._kernels._transition import Chain
-from ..adaptation import (WarmupSchedule, initial_step_size, regularized_variance,
+from ..adaptation import (RepeatedWarmup, WarmupSchedule, initial_step_size, regularized_variance,
                           terminal_buffer, trajectory_length_for_min_ess)
 from ..state import PartState, generator_from_json, generator_to_json
 from ..surrogate import RandomNetworkSurrogate, gradient_flops
@@ -217,6 +217,11 @@ class Phase:
     def adapts_mass(self, run):
         return False
 
+    def warmup_schedule(self, state, n_iter):
+        """The windows of the mass matrix's adaptation over the phase's ``n_iter``
+        iterations in a chain (where it adapts the mass matrix)."""
+        return WarmupSchedule(n_iter, term_buffer=terminal_buffer(n_iter))
+
     def window_end(self, run, chain, adapt_step):
         """At the end of a slow window of the warm-up (see :meth:`adapts_mass`)."""
 
@@ -345,31 +350,38 @@ class HMCExploration(TrainingWindow, HMCPhase):
     training_data : {"trajectories", "states"}
         Every leapfrog step of the window's trajectories (with its exact potential and
         gradient), or the chain states (repeated rows from rejections included).
+    check : ExplorationCheck or None
+        Where a chain's state has ``ExploreChecks`` (``tune="auto"`` with training data
+        "trajectories", whose last rows are the proposals it needs), the exploration runs in
+        rounds and, after each, this check decides whether it goes on (see
+        :class:`ExplorationCheck`).
     """
 
     KIND = "exact-HMC exploration"
     ADVICE = ("Its step size or mass matrix is unsuitable: give a smaller step_size, a longer "
               "exploration, or let the exploration adapt (step_size=None).")
 
-    def __init__(self, leapfrog, n_train=None, training_data="trajectories"):
+    def __init__(self, leapfrog, n_train=None, training_data="trajectories", check=None):
         if training_data not in ("states", "trajectories"):
             raise ValueError(f"training_data must be 'states' or 'trajectories', got "
                              f"{training_data!r}")
         keep = ("samples", "records", "gradients")
-        if training_data == "trajectories":
+        if training_data == "trajectories":  # (also the checks' proposals)
             keep += ("trajectory",)
         HMCPhase.__init__(self, "exploration", leapfrog, adapt=True, keep=keep)
         TrainingWindow.__init__(self, n_train)
-        self.training_data = training_data
+        self.training_data, self.check = training_data, check
 
-    def training_rows(self, state):
-        """The window's training rows: (Q, U, gradients)."""
+    def training_rows(self, state, stop=None):
+        """The window's training rows (up to exploration iteration ``stop``, default the
+        end): (Q, U, gradients)."""
         history = state.outputs[self.name]
         window = self.window(state)
+        window = slice(window.start, window.stop if stop is None else stop)
         if self.training_data == "trajectories":
             # the steps of the window's trajectories, except those of diverging ones (whose
             # far-out points would dominate the least-squares fit)
-            ends = history["trajectory_ends"]
+            ends = history["trajectory_ends"][:window.stop]
             rows_per_iteration = np.diff(ends, prepend=0)
             wanted = np.zeros(len(ends), dtype=bool)
             wanted[window] = ~history["records"]["diverging"][window].astype(bool)
@@ -382,6 +394,124 @@ class HMCExploration(TrainingWindow, HMCPhase):
             return rows[:, :d], rows[:, d], rows[:, d + 1:]
         return (history["samples"][window], -history["records"]["log_density"][window],
                 history["gradients"][window])
+
+    def proposals(self, state, iterations):
+        """The exact potentials (U0, U1) at the start and the proposal of each of the
+        exploration's ``iterations`` (a slice; its first iteration > 0), their positions
+        (Q0, Q1), and each transition's acceptance probability."""
+        history = state.outputs[self.name]
+        records = history["records"]
+        before = slice(iterations.start - 1, iterations.stop - 1)
+        last_rows = history["trajectory"][history["trajectory_ends"][iterations] - 1]
+        d = state.dim
+        return (history["samples"][before], -records["log_density"][before],
+                last_rows[:, :d], last_rows[:, d], records["accept_prob"][iterations])
+
+    def waiting(self, state):
+        checks = state.parts.get("explore_checks")
+        return (checks is not None and state.phase == self.name and state.phase_started
+                and state.iteration == state.phase_length(self.name)
+                and checks.checked_at < state.iteration)
+
+    def warmup_schedule(self, state, n_iter):
+        checks = state.parts.get("explore_checks")
+        if checks is None:
+            return HMCPhase.warmup_schedule(self, state, n_iter)
+        return RepeatedWarmup(checks.round_length, n_iter)  # (rounds may be added)
+
+    def join(self, states):
+        waiting = [s for s in states if self.waiting(s)]
+        if waiting:
+            self.check(self, waiting)
+
+    def report(self, result, states):
+        if all("explore_checks" in s.parts for s in states):
+            result["exploration"] = [dict(iterations=s.phase_length(self.name),
+                                          reason=s.parts["explore_checks"].reason,
+                                          checks=list(s.parts["explore_checks"].checks))
+                                     for s in states]
+
+
+@dataclasses.dataclass
+class ExploreChecks(PartState):
+    """An exploration that goes on, in rounds, until a surrogate fitted to it predicts the
+    next states well (see :class:`ExplorationCheck`)."""
+    round_length: int = 0
+    max_length: int = 0
+    checked_at: int = 0                      # the exploration iteration of the last check
+    checks: list = dataclasses.field(default_factory=list)
+    reason: str = ""                         # why it stopped
+
+    @classmethod
+    def from_tree(cls, tree):
+        tree = dict(tree)
+        tree.pop("kind", None)
+        tree["checks"] = [{k: (v.item() if isinstance(v, np.ndarray) else v)
+                           for k, v in dict(c).items()} for c in tree.get("checks") or []]
+        return cls(**{k: (int(v) if k in ("round_length", "max_length", "checked_at") else v)
+                      for k, v in tree.items()})
+
+
+class ExplorationCheck:
+    """Whether an exploration has gathered enough for the surrogate (``tune="auto"``).
+
+    After each round of the exploration, a surrogate is fitted to the training data except
+    the round's last fifth (with a shared surrogate, all the chains' data pooled), and its
+    acceptance is predicted on those held-out transitions, which cost nothing extra: where
+    the exact transition from q0 to the proposal q1 had acceptance min(1, exp(-dH)), the
+    surrogate's dynamics would have had (their energy error being the same leapfrog's)
+    min(1, exp(-dH - (e(q1) - e(q0)))), e = U - U_surrogate (dH <= 0 taken as 0: the
+    prediction errs low). The exploration stops when the predicted mean acceptance is at
+    least ``GOOD_ENOUGH`` times the exact one, or at ``max_length``; else it goes on for
+    another round. Every check is recorded (``result["exploration"]``). The training phase
+    then fits the surrogate to all the data, held-out rounds included.
+    """
+
+    GOOD_ENOUGH = 0.85
+    HELD_OUT = 5  # the round's last 1/HELD_OUT iterations are held out
+
+    def __init__(self, sampler_name, settings, share):
+        self.sampler_name, self.settings, self.share = sampler_name, settings, share
+
+    def __call__(self, exploration, states):
+        groups = [states] if self.share else [[s] for s in states]
+        for group in groups:
+            self.check_group(exploration, group)
+
+    def check_group(self, exploration, states):
+        first = states[0]
+        checks = first.parts["explore_checks"]
+        n = first.phase_length(exploration.name)
+        held_out = max(1, checks.round_length // self.HELD_OUT)
+        for state in states:
+            exploration.check_moved(state, self.sampler_name)
+        Q, U, G = (None if parts[0] is None else np.concatenate(parts) for parts in
+                   zip(*(exploration.training_rows(s, stop=n - held_out) for s in states)))
+        generator = generator_from_json(first.rng)
+        surrogate = self.settings.fit(first.dim, generator, Q, U, G,
+                                      self.settings.hidden_units(first.dim))
+        first.rng = generator_to_json(generator)
+        Q0, U0, Q1, U1, exact = (np.concatenate(parts) for parts in zip(
+            *(exploration.proposals(s, slice(n - held_out, n)) for s in states)))
+        error_change = (U1 - surrogate.predict(Q1)) - (U0 - surrogate.predict(Q0))
+        with np.errstate(divide="ignore", over="ignore"):
+            log_exact = np.log(exact)
+            predicted = np.exp(np.minimum(0.0, log_exact - error_change))
+        record = dict(iteration=n, predicted_acceptance=float(predicted.mean()),
+                      exact_acceptance=float(exact.mean()),
+                      error_change_rms=float(np.sqrt(np.mean(error_change ** 2))),
+                      training_points=int(len(U)), held_out=int(len(exact)))
+        good = record["predicted_acceptance"] >= self.GOOD_ENOUGH * record["exact_acceptance"]
+        longest = n + checks.round_length > checks.max_length
+        for state in states:
+            checks = state.parts["explore_checks"]
+            checks.checks.append(dict(record))
+            checks.checked_at = n
+            if good or longest:
+                checks.reason = ("the surrogate predicts well" if good
+                                 else "the longest exploration")
+            else:
+                state.extend_phase(exploration.name, n + checks.round_length)
 
 
 class RiemannianPhase(Phase):
@@ -653,12 +783,14 @@ class FitState(PartState):
     """A chain's fitted surrogate and the sampling kernel chosen with it."""
     surrogate: Optional[dict] = None        # RandomNetworkSurrogate.get_state()
     covariance: Optional[np.ndarray] = None  # the pooled explorations' (shared fits)
+    covariance_states: int = 0                # the states it is estimated from
     exploration_acceptance_rate: float = math.nan
     explore_step_size: float = math.nan
     sampling_step_size: float = math.nan
     surrogate_n_steps: int = 0
     exact_n_steps: int = 0
     surrogate_acceptance_rate: float = math.nan  # the pilot's (values-only fits)
+    warm_start: bool = False  # carried over from an earlier run (see Sampler.warm_states)
 
 
 def exploration_covariance(exploration, states):
@@ -703,13 +835,26 @@ class SurrogateFit(Phase):
         self.share, self.kernel, self.online = share, kernel, online
         self.step_cost_setting, self.jitter = step_cost, jitter
 
-    # a chain with a shared surrogate waits at the start of training for the pooled fit
+    # a chain with a shared surrogate waits at the start of training for the pooled fit, and
+    # at a warm start for its shared online estimator to be shared again
     def waiting(self, state):
-        return (self.share and state.phase == self.name and not state.phase_started
-                and "fit" not in state.parts)
+        if not (self.share and state.phase == self.name and not state.phase_started):
+            return False
+        fit = state.parts.get("fit")
+        if fit is None:
+            return True
+        online = state.parts.get("online")
+        return (fit.warm_start and online is not None and online.shared
+                and online.install_times is None)
 
     def join(self, states):
         if not any(self.waiting(s) for s in states):
+            return
+        warm = [s for s in states if self.waiting(s) and "fit" in s.parts]
+        if warm:  # (a checkpoint or a copy holds one estimator per chain: chain 0's is theirs)
+            for state in warm:
+                state.parts["online"].estimator = warm[0].parts["online"].estimator
+            self.online.shared_fit(warm)
             return
         for state in states:  # (before the fit: a chain that never moved says so)
             self.exploration.check_moved(state, self.sampler_name)
@@ -724,8 +869,10 @@ class SurrogateFit(Phase):
         states[0].rng = generator_to_json(generator)
         covariance = exploration_covariance(self.exploration, states)
         for state in states:
-            state.parts["fit"] = FitState(surrogate=states[0].parts["fit"].surrogate,
-                                          covariance=covariance)
+            state.parts["fit"] = FitState(
+                surrogate=states[0].parts["fit"].surrogate, covariance=covariance,
+                covariance_states=sum(len(s.outputs[self.exploration.name]["samples"][
+                    self.exploration.window(s)]) for s in states))
             if state is not states[0] and self.online is not None:
                 self.online.fitted(state, surrogate, U)
         if self.online is not None:
@@ -743,6 +890,13 @@ class SurrogateFit(Phase):
 
     def begin(self, run, chain):
         state = run.state
+        fit = state.parts.get("fit")
+        if fit is not None and fit.warm_start:  # the surrogate and kernel of an earlier run
+            state.parts["dynamics"] = DynamicsState()
+            state.evals[self.name] = [0, 0]
+            if self.online is not None:
+                self.online.start(run)
+            return
         rate = self.exploration.check_moved(state, self.sampler_name)
         if "fit" not in state.parts:  # (fitted already when shared)
             self.fit(state, run.generator, *self.exploration.training_rows(state),
@@ -779,20 +933,41 @@ class SurrogateFit(Phase):
 
 
 class ExplorationKernel:
-    """Sample with the exploration's step size (unless ``step_size`` is given) and mass
-    matrix; ``n_steps`` surrogate steps
-    per iteration ("auto": the shortest L with the best predicted min ESS per unit of cost),
-    and choose the exact stretches' L for min ESS per exact gradient."""
+    """Sample with ``n_steps`` surrogate steps per iteration ("auto": the shortest L with the
+    best predicted min ESS per unit of cost), and choose the exact stretches' L for min ESS
+    per exact gradient.
 
-    def __init__(self, n_steps="auto", step_size=None):
+    The mass matrix and step size: given ones are kept (``step_size``: the sampling's, a
+    float or one per chain); else, where the exploration adapted them (``leapfrog``), the
+    inverse mass matrix becomes the (pooled, with a shared surrogate) training window's
+    variance, shrunk as Stan's, and the step size is adapted to it on the surrogate alone
+    (:func:`surrogate_pilot`: no exact evaluation). A short exploration's own estimate is
+    one chain's few states (none at all under 150 iterations: Stan's warm-up has no slow
+    window there), so the chains would sample with the identity.
+    """
+
+    def __init__(self, n_steps="auto", step_size=None, leapfrog=None):
         self.n_steps = n_steps
         self.step_size = step_size  # the sampling's, if given (float or one per chain)
+        self.leapfrog = leapfrog    # the exploration's (None: keep its kernel)
 
     def __call__(self, run, fit, fit_state):
+        state = run.state
         if self.step_size is not None:
             step_size = (float(self.step_size) if np.ndim(self.step_size) == 0
-                         else float(self.step_size[run.state.chain]))
-            run.state.kernel = dict(run.state.kernel, step_size=step_size)
+                         else float(self.step_size[state.chain]))
+            state.kernel = dict(state.kernel, step_size=step_size)
+        elif (self.leapfrog is not None and self.leapfrog.adapt_mass_matrix
+              and self.leapfrog.step_size_of(state.chain) is None):
+            covariance = fit_state.covariance
+            if covariance is None:
+                covariance = exploration_covariance(fit.exploration, [state])
+            state.inverse_mass = regularized_variance(fit_state.covariance_states or len(
+                state.outputs[fit.exploration.name]["samples"][fit.exploration.window(state)]),
+                np.diag(covariance).copy())
+            step_size, _ = surrogate_pilot(run, fit, self.leapfrog, None,
+                                           self.leapfrog.n_steps, PILOT_ITERATIONS)
+            state.kernel = dict(state.kernel, step_size=step_size)
         fit_state.surrogate_n_steps = (fit.choose_n_steps(run) if self.n_steps == "auto"
                                        else self.n_steps)
         # exact stretches and the fallback pay a gradient per step: their L is chosen for min
@@ -800,18 +975,41 @@ class ExplorationKernel:
         fit_state.exact_n_steps = fit.choose_n_steps(run, per="step")
 
 
+# a pilot's trajectories: the step size's adaptation on the surrogate alone, and the check of
+# the surrogate's own acceptance at the chosen kernel
+PILOT_ITERATIONS, PILOT_CHECK = 300, 100
+
+
+def surrogate_pilot(run, fit, leapfrog, step_size, n_steps, n_iter):
+    """(step size, mean acceptance probability) of ``n_iter`` trajectories of HMC on the
+    surrogate alone (no exact evaluation), each from a training-window state drawn at random,
+    so that it cannot drift where the surrogate is wrong; with ``step_size`` None it is
+    adapted by dual averaging to ``leapfrog.target_accept``."""
+    state, generator = run.state, run.generator
+    chain = euclidean_chain(fit.surrogate(state)._ctarget, state, leapfrog.max_energy_error)
+    starts = state.outputs[fit.exploration.name]["samples"][fit.exploration.window(state)]
+    picks = generator.integers(len(starts), size=n_iter)
+    chain.set_position(starts[picks[0]])
+    adapt = step_size is None
+    if adapt:
+        step_size = initial_step_size(chain, generator, target_accept=leapfrog.target_accept)
+        chain.restart_step_size_adaptation(step_size, leapfrog.target_accept)
+    else:
+        chain.step_size = step_size
+    samples, records = np.empty((1, state.dim)), np.empty(n_iter, TRANSITION)
+    for i, pick in enumerate(picks):
+        chain.set_position(starts[pick])
+        chain.run(generator, 1, n_steps, leapfrog.jitter, samples, records[i:i + 1],
+                  adapt_step_size=adapt)
+    return (chain.final_step_size if adapt else step_size,
+            float(records["accept_prob"].mean()))
+
+
 class PilotKernel:
     """Choose the sampling kernel without exact evaluations (values-only fits): the step size
-    adapted on the surrogate alone (unless given), the steps as :class:`ExplorationKernel`,
-    and the surrogate's own acceptance at that kernel (the reference of a warning).
-
-    A pilot is HMC on the surrogate alone: ``iterations`` trajectories, each from an
-    exploration state of the training window drawn at random, so it cannot drift where the
-    surrogate is wrong.
-    """
-
-    ITERATIONS = 300  # the step size's adaptation
-    CHECK = 100  # trajectories at the chosen kernel
+    adapted on the surrogate alone (unless given; :func:`surrogate_pilot`), the steps as
+    :class:`ExplorationKernel`, and the surrogate's own acceptance at that kernel (the
+    reference of a warning)."""
 
     def __init__(self, leapfrog, n_steps="auto"):
         self.leapfrog, self.n_steps = leapfrog, n_steps
@@ -820,36 +1018,13 @@ class PilotKernel:
         state = run.state
         step_size = self.leapfrog.step_size_of(state.chain)
         if step_size is None:
-            step_size, _ = self.pilot(run, fit, None, self.leapfrog.n_steps, self.ITERATIONS)
+            step_size, _ = surrogate_pilot(run, fit, self.leapfrog, None,
+                                           self.leapfrog.n_steps, PILOT_ITERATIONS)
         state.kernel = dict(state.kernel, step_size=step_size)  # where sampling starts
         n_steps = fit.choose_n_steps(run) if self.n_steps == "auto" else self.n_steps
-        _, fit_state.surrogate_acceptance_rate = self.pilot(run, fit, step_size, n_steps,
-                                                            self.CHECK)
+        _, fit_state.surrogate_acceptance_rate = surrogate_pilot(
+            run, fit, self.leapfrog, step_size, n_steps, PILOT_CHECK)
         fit_state.surrogate_n_steps, fit_state.exact_n_steps = n_steps, 0
-
-    def pilot(self, run, fit, step_size, n_steps, n_iter):
-        """(step size, mean acceptance probability) of ``n_iter`` trajectories on the
-        surrogate; with ``step_size`` None it is adapted by dual averaging."""
-        state, generator = run.state, run.generator
-        chain = euclidean_chain(fit.surrogate(state)._ctarget, state,
-                                self.leapfrog.max_energy_error)
-        starts = state.outputs[fit.exploration.name]["samples"][fit.exploration.window(state)]
-        picks = generator.integers(len(starts), size=n_iter)
-        chain.set_position(starts[picks[0]])
-        adapt = step_size is None
-        if adapt:
-            step_size = initial_step_size(chain, generator,
-                                          target_accept=self.leapfrog.target_accept)
-            chain.restart_step_size_adaptation(step_size, self.leapfrog.target_accept)
-        else:
-            chain.step_size = step_size
-        samples, records = np.empty((1, state.dim)), np.empty(n_iter, TRANSITION)
-        for i, pick in enumerate(picks):
-            chain.set_position(starts[pick])
-            chain.run(generator, 1, n_steps, self.leapfrog.jitter, samples, records[i:i + 1],
-                      adapt_step_size=adapt)
-        return (chain.final_step_size if adapt else step_size,
-                float(records["accept_prob"].mean()))
 
 
 class FixedKernel:
@@ -925,6 +1100,12 @@ class OnlineState(PartState):
     pending_from: int = 0             # shared: the first iteration not yet added
     # weights were installed since the chain cached its dynamics potential and gradient
     refresh: bool = False
+
+    def restart_schedule(self):
+        """Forget the install schedule (a warm start's sampling phase draws a new one)."""
+        self.install_rng, self.coins_drawn, self.install_times = None, 0, None
+        self.coins_rng, self.coins_until, self.install_at = None, 0, None
+        self.install_drawn, self.pending_from, self.refresh = False, 0, False
 
     def to_tree(self):
         tree = super().to_tree()

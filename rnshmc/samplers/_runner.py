@@ -18,7 +18,6 @@ import time
 import numpy as np
 
 from .._kernels._chain import TRANSITION
-from ..adaptation import WarmupSchedule, terminal_buffer
 from ..state import generator_from_json, generator_to_json
 from ._progress import Progress
 
@@ -116,8 +115,7 @@ class ChainRun:
                                 else np.zeros((n_iter, dim)))
         chunk = max(1, n_iter // CHUNKS_PER_PHASE)
         adapt_step = phase.adapts_step_size(self)
-        schedule = (WarmupSchedule(n_iter, term_buffer=terminal_buffer(n_iter))
-                    if phase.adapts_mass(self) else None)
+        schedule = phase.warmup_schedule(state, n_iter) if phase.adapts_mass(self) else None
         boundaries = set(range(chunk, n_iter, chunk)) | {n_iter}
         if schedule is not None:
             boundaries |= set(schedule.boundaries())
@@ -170,7 +168,7 @@ class ChainRun:
             self.bar.transitions_done(phase.name, rows["records"])
             if stop < boundary or self.budget_spent():
                 break
-        if state.iteration == n_iter and phase.adapt:
+        if state.iteration == n_iter and phase.adapt and not phase.waiting(state):
             phase.finish_adaptation(self, chain)
         return ran
 
@@ -198,7 +196,8 @@ class ChainRun:
             elif chain is not None:
                 chain.set_state(state.kernel)
             budget -= phase.iterate(self, chain, budget) if n_iter else 0
-            if state.iteration == n_iter:
+            # (a phase may wait at its end: a check there can lengthen it)
+            if state.iteration == n_iter and not phase.waiting(state):
                 phase.end(self, chain)
                 if chain is not None:
                     self.keep_current(name, chain)

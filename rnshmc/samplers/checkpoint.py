@@ -124,6 +124,25 @@ def _state_tree(state):
     return tree
 
 
+def read_checkpoint(path):
+    """(the checkpoint's tree, its chains' states); ValueError if unreadable."""
+    try:
+        tree = dict(load_tree(path))
+    except Exception as error:  # noqa: BLE001 - any unreadable file is reported the same way
+        raise ValueError(f"{path}: not a readable rnshmc checkpoint ({error})") from None
+    if tree.get("format") != _CHECKPOINT_FORMAT:
+        raise ValueError(f"{path}: not an rnshmc checkpoint (of this version of rnshmc)")
+    try:
+        return tree, [_state_from_tree(s) for s in tree["states"]]
+    except (KeyError, TypeError, AttributeError, ValueError) as error:
+        raise ValueError(f"{path}: malformed rnshmc checkpoint ({error!r})") from None
+
+
+def checkpoint_states(path):
+    """The chains' states saved in the checkpoint ``path`` (a warm start's)."""
+    return read_checkpoint(path)[1]
+
+
 def _state_from_tree(tree):
     tree = dict(tree)
     rows = tree.pop("rows", {}) or {}
@@ -175,15 +194,9 @@ def resume(path, target=None, progress=True, pool="auto"):
         dimension, or its log density at the run's first starting point, differs). Nothing
         is written then.
     """
-    try:
-        tree = dict(load_tree(path))
-    except Exception as error:  # noqa: BLE001 - any unreadable file is reported the same way
-        raise ValueError(f"{path}: not a readable rnshmc checkpoint ({error})") from None
-    if tree.get("format") != _CHECKPOINT_FORMAT:
-        raise ValueError(f"{path}: not an rnshmc checkpoint (of this version of rnshmc)")
+    tree, states = read_checkpoint(path)
     try:
         cls = SAMPLERS[tree["sampler"]]
-        states = [_state_from_tree(s) for s in tree["states"]]
         arguments, run = dict(tree["arguments"]), dict(tree["run"])
         point, log_density = tree["target_check"]
     except (KeyError, TypeError, AttributeError, ValueError) as error:

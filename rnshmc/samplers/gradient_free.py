@@ -91,7 +91,7 @@ class GradientFreeRNSHMC(Sampler):
        without any
        exact evaluation: the inverse mass matrix is the exploration's proposal covariance
        (dense), the leapfrog step size is adapted by dual averaging to ``target_accept`` on
-       HMC over the surrogate alone (a pilot of ``PILOT_ITERATIONS`` trajectories, each
+       HMC over the surrogate alone (a pilot of 300 trajectories, each
        started from an exploration state drawn at random, so it cannot drift where the
        surrogate is wrong), and the number of steps chosen as RNS-HMC's
        ``surrogate_n_steps="auto"`` does;

@@ -51,6 +51,7 @@ class HMC(Sampler):
     """
 
     name = "HMC"
+    WARM_FROM = "sampling"
 
     def __init__(self, target, *, step_size=None, n_steps=10, jitter=True, mass_matrix=None,
                  inverse_mass_matrix=None, adapt_mass_matrix=None, target_accept=0.8,

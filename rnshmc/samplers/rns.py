@@ -9,8 +9,9 @@ from ..surrogate import RandomNetworkSurrogate
 from ..validation import (check_group, check_integer, check_per_chain_real, check_real,
                           moved_arguments, user_stacklevel)
 from ._base import Sampler
-from ._phases import (ExplorationKernel, HMCExploration, LeapfrogSettings, SurrogateFit,
-                      SurrogateSampling, SurrogateSettings, TrustWatch)
+from ._phases import (ExplorationCheck, ExplorationKernel, ExploreChecks, HMCExploration,
+                      LeapfrogSettings, SurrogateFit, SurrogateSampling, SurrogateSettings,
+                      TrustWatch)
 from ._result import warn_if_acceptance_collapsed
 
 __all__ = ["RNSHMC"]
@@ -199,6 +200,8 @@ class RNSHMC(Sampler):
     # "auto": exploration iterations of one chain alone, and of all the chains together when
     # they share a surrogate (each at least MIN_SHARED_TUNE)
     AUTO_TUNE, MIN_SHARED_TUNE = 200, 50
+    MAX_ROUNDS = 4  # of an exploration with tune="auto"
+    WARM_FROM = "training"
 
     def __init__(self, target, *, n_hidden="auto", surrogate=None, step_size=None,
                  n_steps="auto", jitter=True, delayed_acceptance=False, explore=None, trust=True,
@@ -231,19 +234,38 @@ class RNSHMC(Sampler):
         self.trust = None if trust is False else TrustWatch(**trust)
         self.delayed_acceptance = bool(delayed_acceptance)
         self.share_surrogate = bool(share_surrogate)
-        self.exploration = HMCExploration(self.leapfrog, surrogate.get("n_train"),
-                                          surrogate.get("training_data", "trajectories"))
+        self.exploration = HMCExploration(
+            self.leapfrog, surrogate.get("n_train"),
+            surrogate.get("training_data", "trajectories"),
+            check=ExplorationCheck(self.name, self.surrogate_settings, self.share_surrogate))
         self.kernel = ExplorationKernel(check_n_steps(n_steps, self.leapfrog.n_steps),
-                                        self.sampling_step_size)
+                                        self.sampling_step_size, self.leapfrog)
         self.step_cost_setting = check_step_cost(surrogate.get("step_cost", "auto"))
         self.fit, self.phases = surrogate_hmc_phases(self)
+
+    def auto_tune(self, chains):
+        """The length of an exploration round with ``tune="auto"``."""
+        return (max(self.MIN_SHARED_TUNE, math.ceil(self.AUTO_TUNE / chains))
+                if self.share_surrogate else self.AUTO_TUNE)
+
+    def initial_parts(self, tune, chains):
+        if (tune != "auto" or self.n_explore is not None
+                or self.exploration.training_data != "trajectories"):
+            return {}
+        round_length = self.auto_tune(chains)
+        return {"explore_checks": ExploreChecks(round_length=round_length,
+                                                max_length=self.MAX_ROUNDS * round_length)}
+
+    def warm_parts(self, state):
+        state.parts["fit"].warm_start = True
+        if "online" in state.parts:
+            state.parts["online"].restart_schedule()
 
     def plan(self, draws, tune, chains, dim):
         if self.n_explore is not None:
             tune = self.n_explore
         elif tune == "auto":
-            tune = (max(self.MIN_SHARED_TUNE, math.ceil(self.AUTO_TUNE / chains))
-                    if self.share_surrogate else self.AUTO_TUNE)
+            tune = self.auto_tune(chains)
         n_explore = self.exploration.length(tune)
         self.leapfrog.check_chains(chains)
         if self.sampling_step_size is not None and np.ndim(self.sampling_step_size) \

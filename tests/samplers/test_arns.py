@@ -14,7 +14,7 @@ from testkit import (check_deprecated_spelling, correlated_gaussian, log_gamma_t
 # no exact stretches)
 POOR = dict(n_hidden=15, surrogate=dict(n_train=60, training_data="states", gradient_weight=0.0,
                                         whiten=False),
-            explore=dict(n_steps=8), trust=False)
+            explore=dict(n_steps=8, adapt_mass_matrix=False), trust=False)
 
 
 

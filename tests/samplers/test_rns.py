@@ -156,7 +156,7 @@ def test_acceptance_collapse_warns_when_unwatched():
 # (each chain's own surrogate: pooled, the explorations fit a surrogate the watch trusts)
 DISTRUSTED = dict(n_hidden=8, surrogate=dict(n_train=50, training_data="states",
                                              gradient_weight=0.0, whiten=False),
-                  explore=dict(n_steps=8), share_surrogate=False)
+                  explore=dict(n_steps=8, adapt_mass_matrix=False), share_surrogate=False)
 
 
 def exact_iterations(events, draws, refit_iterations):
