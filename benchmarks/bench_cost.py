@@ -161,6 +161,13 @@ def schools_section(args):
                   f"{result.cost['model_evals']} evaluations, {seconds:.1f} s, "
                   f"divergent {int(result.diverging.sum())}; mean error in MCSE: "
                   f"mu {z[0]:+.1f}, log tau {z[1]:+.1f}", flush=True)
+            if centred:  # (is it the funnel or the front door? exact HMC, the same budget)
+                hmc, seconds = run_one(model, rnshmc.HMC(model, n_steps=10), 200, seed, 10 ** 6)
+                s = hmc.stopping
+                print(f"  {'':12s} seed {seed}: HMC at its best, {s['reason']}, {s['draws']} "
+                      f"draws, min ESS {s['ess']:.0f}, R-hat {s['rhat']:.3f}, "
+                      f"{hmc.cost['model_evals']} evaluations, {seconds:.1f} s, divergent "
+                      f"{int(hmc.diverging.sum())}", flush=True)
 
 
 def main():

@@ -101,14 +101,17 @@ def run_cost(sampler, states, ess):
     return cost
 
 
-def cut_to(state, draws):
+def cut_to(state, draws, copy=True):
     """A copy of a chain's state whose sampling phase ends after ``draws`` iterations (what
-    was drawn of a run that was stopped), for a result."""
+    was drawn of a run that was stopped), for a result; ``copy=False`` cuts the state itself
+    (a run that ends there: a deep copy of a surrogate sampler's online estimator took a
+    second)."""
     index = [name for name, _ in state.phases].index("sampling")
     n = state.phases[index][1]
     sampling = state.outputs.get("sampling", {})
-    state = ChainState.from_dict(dict(state.to_dict(),
-                                      outputs=dict(state.outputs, sampling={}))).copy()
+    if copy:
+        state = ChainState.from_dict(dict(state.to_dict(),
+                                          outputs=dict(state.outputs, sampling={}))).copy()
     state.phases[index] = ["sampling", draws]
     state.outputs["sampling"] = {key: value[:draws].copy() if isinstance(value, np.ndarray)
                                  and value.shape[:1] == (n,) else value

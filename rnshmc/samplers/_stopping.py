@@ -188,7 +188,9 @@ class StoppingRule:
             warnings.warn(f"{name}: stopped by the {reason_text(reason)} at {n} of "
                           f"{self.draws} draws per chain; the draws so far are returned.",
                           SamplingWarning, stacklevel=user_stacklevel())
-        cut = [cut_to(s, n) if not (s.done and sampling_draws(s) == n) else s for s in states]
+        # (in place: the run ends here)
+        cut = [cut_to(s, n, copy=False) if not (s.done and sampling_draws(s) == n) else s
+               for s in states]
         return cut, record
 
 

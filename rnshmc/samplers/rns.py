@@ -94,9 +94,13 @@ class RNSHMC(Sampler):
           operation counts, not timings, so that the same seed gives the same draws on any
           machine.
     step_size : float, ndarray of shape (chains,) or None
-        The sampling phase's leapfrog step size. None (default): the exploration's final
-        one (adapted there unless ``explore`` gives one). A given step size is also the
-        exploration's unless ``explore`` says otherwise (the papers' protocol).
+        The sampling phase's leapfrog step size. None (default): where the exploration
+        adapted its mass matrix and step size, the sampling's inverse mass matrix is the
+        training window's variance (pooled over the chains sharing a surrogate, shrunk as
+        Stan's) and the step size is adapted to it on the surrogate alone (HMC on the
+        surrogate from training states: no exact evaluation); else the exploration's. A
+        given step size is also the exploration's unless ``explore`` says otherwise (the
+        papers' protocol).
     n_steps : int, "auto" or None
         Leapfrog steps (the maximum with ``jitter``) of the sampling phase, where steps are
         cheap. "auto" (default): the shortest L whose predicted min ESS per unit of cost is
@@ -116,8 +120,9 @@ class RNSHMC(Sampler):
         spread the training states; on the authors' PDE 5 cost 20-30% fewer exact
         evaluations to min ESS 1000 from a cold start than 10), ``jitter``,
         ``mass_matrix``, ``inverse_mass_matrix``, ``adapt_mass_matrix`` and
-        ``target_accept`` as for :class:`~rnshmc.HMC`. The mass matrix is kept for
-        sampling. The exploration's length is ``sample()``'s ``tune``.
+        ``target_accept`` as for :class:`~rnshmc.HMC`. A given mass matrix (or
+        ``adapt_mass_matrix=False``) is kept for sampling. The exploration's length is
+        ``sample()``'s ``tune``.
     trust : dict or bool
         The trust watch (default True: on, with the defaults below). The surrogate is
         watched where the chain is: over every ``window`` (default 50) sampling iterations
@@ -155,11 +160,16 @@ class RNSHMC(Sampler):
     Attributes
     ----------
     DEFAULT_TUNE : "auto"
-        ``sample()``'s default ``tune`` (exploration iterations per chain): 200 for a chain
-        with its own surrogate; with a shared one, 200 over all the chains, at least 50 each
-        (50 for 4 chains). This aims at the least total cost from a cold start (the trust
-        watch refits a surrogate that proves poor; ``benchmarks/bench_cost.py``); the
-        papers' protocol is ``tune=5000``.
+        ``sample()``'s default ``tune``: an exploration that goes on until the surrogate is
+        good enough, in rounds of 200 iterations for a chain with its own surrogate, or,
+        with a shared one, of 200 over all the chains, at least 50 each (50 for 4 chains);
+        at most ``MAX_ROUNDS`` (4) rounds. After each round a surrogate fitted to the data
+        but the round's last fifth predicts the acceptance of those held-out transitions;
+        the exploration stops when that is at least 0.85 times their exact acceptance (see
+        ``ExplorationCheck`` in ``rnshmc.samplers._phases`` and ``docs/guide.md``). This
+        aims at the least total cost from a cold start (``benchmarks/bench_cost.py``). An
+        integer ``tune`` explores exactly that long (the papers' protocol is
+        ``tune=5000``; with ``training_data="states"`` "auto" is one round).
 
     The result has the keys of :meth:`rnshmc.HMC.sample` (``n_density_evals`` and
     ``n_gradient_evals`` count exact evaluations of the target over all phases), plus
@@ -174,7 +184,10 @@ class RNSHMC(Sampler):
     ``trust_events`` (per chain, a list of dicts: the iteration, the window's and the
     exploration's acceptance, the action, and for a refit the old surrogate's centred RMS
     misfit at the new exact states, the new fit's residual, hidden units and training
-    points). ``n_gradient_evals_sampling`` counts the exact gradients of exact stretches
+    points). With ``tune="auto"``, ``exploration`` (per chain): its ``iterations``, the
+    ``reason`` it stopped and its ``checks`` (each: the iteration, the predicted and exact
+    acceptance of the held-out transitions, the RMS change of the surrogate's error along
+    them, the training points and the held-out transitions). ``n_gradient_evals_sampling`` counts the exact gradients of exact stretches
     (``n_surrogate_gradient_evals`` the surrogate's).
 
     Notes
