@@ -878,6 +878,14 @@ class SurrogateFit(Phase):
         if self.online is not None:
             self.online.shared_fit(states)
 
+    def warm(self, state):
+        """A chain carried over from an earlier run starts its sampling with the surrogate
+        and kernel it has (a warm start: see ``Sampler.warm_states``), its online install
+        schedule drawn anew."""
+        state.parts["fit"].warm_start = True
+        if "online" in state.parts:
+            state.parts["online"].restart_schedule()
+
     def fit(self, state, generator, Q, U, G, n_hidden):
         """Fit a new surrogate and make it the chain's."""
         surrogate = self.settings.fit(state.dim, generator, Q, U, G, n_hidden,

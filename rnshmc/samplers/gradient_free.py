@@ -195,6 +195,7 @@ class GradientFreeRNSHMC(Sampler):
     NEEDS_GRADIENT = False
     DEFAULT_TUNE = "auto"
     TUNE_WORDS = ("auto",)
+    WARM_FROM = "training"
 
     def __init__(self, target, *, n_hidden="auto", surrogate=None, step_size=None,
                  n_steps="auto", jitter=True, delayed_acceptance=False, explore=None,
@@ -230,6 +231,9 @@ class GradientFreeRNSHMC(Sampler):
                        "sampling": SurrogateSampling(self.fit, self.leapfrog,
                                                      self.delayed_acceptance,
                                                      keep_gradients=False)}
+
+    def warm_parts(self, state):
+        self.fit.warm(state)
 
     def plan(self, draws, tune, chains, dim):
         if tune == "auto":

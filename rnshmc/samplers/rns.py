@@ -270,9 +270,7 @@ class RNSHMC(Sampler):
                                                 max_length=self.MAX_ROUNDS * round_length)}
 
     def warm_parts(self, state):
-        state.parts["fit"].warm_start = True
-        if "online" in state.parts:
-            state.parts["online"].restart_schedule()
+        self.fit.warm(state)
 
     def plan(self, draws, tune, chains, dim):
         if self.n_explore is not None:

@@ -8,6 +8,7 @@ import pytest
 
 import rnshmc
 from rnshmc.diagnostics import SamplingWarning
+from rnshmc.targets import without_gradient
 from testkit import check_covariance, check_mean, correlated_gaussian
 
 
@@ -47,6 +48,18 @@ def test_a_warm_start_of_the_front_door_explores_nothing_and_stays_exact(seed, t
     from_file = quietly(rnshmc.sample, model, ess=1000, rng=seed + 10,
                         init=tmp_path / "first.npz", progress=False)
     np.testing.assert_array_equal(from_file.samples, second.samples)
+
+
+def test_a_warm_start_of_the_gradient_free_sampler_explores_nothing_and_stays_exact():
+    model, mean, cov = costly_gaussian()
+    blind = without_gradient(model)
+    first = quietly(rnshmc.sample, blind, ess=300, rng=4, progress=False)
+    assert first.choice["sampler"] == "GF-RNS-HMC"
+    second = quietly(rnshmc.sample, blind, ess=1000, rng=5, init=first, progress=False)
+    assert second.cost["phases"]["exploration"]["density_evals"] == 0
+    assert second.stopping["reason"] == "converged"
+    check_mean(second.samples, mean)
+    check_covariance(second.samples, mean, cov)
 
 
 def test_a_warm_start_of_hmc_skips_the_warmup():
