@@ -28,7 +28,7 @@ def quietly(run, *args, **kwargs):
         return run(*args, **kwargs)
 
 
-@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow)])
 def test_a_warm_start_of_the_front_door_explores_nothing_and_stays_exact(seed, tmp_path):
     model, mean, cov = costly_gaussian()
     first = quietly(rnshmc.sample, model, ess=300, rng=seed, progress=False,
@@ -50,6 +50,7 @@ def test_a_warm_start_of_the_front_door_explores_nothing_and_stays_exact(seed, t
     np.testing.assert_array_equal(from_file.samples, second.samples)
 
 
+@pytest.mark.slow
 def test_a_warm_start_of_the_gradient_free_sampler_explores_nothing_and_stays_exact():
     model, mean, cov = costly_gaussian()
     blind = without_gradient(model)
