@@ -30,6 +30,11 @@ TRANSITION = np.dtype([
     ("solver_failed", "u1")], align=True)
 
 
+class NonFiniteStart(ValueError):
+    """The log density (or its gradient) is not finite at the point a chain was put at
+    (``set_position``): a starting point to try again elsewhere."""
+
+
 class StopRequested(KeyboardInterrupt):
     """A chain loop stopped because request_stop was called (another chain failed or was
     interrupted)."""

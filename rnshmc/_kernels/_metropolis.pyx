@@ -31,6 +31,7 @@ import numpy as np
 
 from ._blas cimport RowMajor, Lower
 from ._chain cimport BaseChain, RunSettings, Transition
+from ._chain import NonFiniteStart
 from ._lapack cimport _potrf
 from ._random cimport bitgen_t, random_standard_normal_fill, random_standard_uniform
 from ._targets cimport CTarget
@@ -148,7 +149,7 @@ cdef class MetropolisChain(BaseChain):
         self.n_density_evals += 1
         if not isfinite(U):
             where = np.array2string(np.asarray(qv), precision=4, threshold=10)
-            raise ValueError(f"the log density is not finite ({-U}) at the initial point {where}")
+            raise NonFiniteStart(f"the log density is not finite ({-U}) at the initial point {where}")
         memcpy(self.q, &qv[0], self.dim * sizeof(double))
         self.U = U
         self.has_state = True

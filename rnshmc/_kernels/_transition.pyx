@@ -40,6 +40,7 @@ from libc.string cimport memcpy
 import numpy as np
 
 from ._chain cimport BaseChain, RunSettings, Transition
+from ._chain import NonFiniteStart
 from ._integrators cimport Integrator, Leapfrog, TrajectoryInfo
 from ._metrics cimport Metric
 from ._random cimport bitgen_t, get_bitgen, random_standard_uniform, random_interval
@@ -182,13 +183,13 @@ cdef class Chain(BaseChain):
             self.test.potential(&qv[0], &U_test, self.scratch)
             self.n_density_evals += 1
             if not isfinite(U_test):
-                raise ValueError(f"the log density is not finite ({-U_test}) at the initial point {where}")
+                raise NonFiniteStart(f"the log density is not finite ({-U_test}) at the initial point {where}")
         if not isfinite(U_dyn):
             role = "log density" if self.same_target else "dynamics log density"
-            raise ValueError(f"the {role} is not finite ({-U_dyn}) at the initial point {where}")
+            raise NonFiniteStart(f"the {role} is not finite ({-U_dyn}) at the initial point {where}")
         bad = np.flatnonzero(~np.isfinite(grad))
         if bad.size:
-            raise ValueError(
+            raise NonFiniteStart(
                 f"the gradient of the log density is not finite at the initial point {where} "
                 f"(coordinates {bad.tolist()[:10]})")
         if self.metric.position_dependent and self.metric.update(&qv[0], self.scratch) != 0:

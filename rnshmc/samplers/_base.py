@@ -21,6 +21,7 @@ from ..state import ChainState, generator_to_json
 from ..targets import as_ctarget, check_target, target_dim
 from ..validation import check_integer, user_stacklevel
 from . import _execution, _result
+from ._phases import GivenStart
 from ._runner import Budget, run_chain
 from ._stopping import StoppingRule
 from .checkpoint import SAMPLERS, Checkpointer, checkpoint_interval, checkpoint_states
@@ -214,6 +215,9 @@ class Sampler:
         """Run ``states`` to the end (writing checkpoints with ``checkpointer``) and return
         the result; on Ctrl-C what was drawn (see :meth:`sample`)."""
         rule = stopping_rule(run)
+        serial = _execution.serial_reason(self, pool, len(states), states[0].dim)
+        if serial:
+            warnings.warn(serial, RuntimeWarning, stacklevel=user_stacklevel())
         try:
             states, stopping = _execution.run_to_end(self, states, progress=progress,
                                                      pool=pool, checkpointer=checkpointer,
@@ -229,6 +233,8 @@ class Sampler:
         result = self.result(states)
         if stopping is not None:
             result["stopping"] = stopping
+        if serial:
+            result["serial_chains"] = serial
         object.__setattr__(result, "_chain_states", states)  # (for a warm start; not saved)
         return result
 
@@ -249,14 +255,17 @@ class Sampler:
         inits = self._initial_points(init, chains, generators)
         dim = inits.shape[1]
         plan = self.plan(draws, tune, chains, dim)
-        parts = self.initial_parts(tune, chains)
+        parts = [self.initial_parts(tune, chains) for _ in range(chains)]
+        if init is not None:  # (a chain's retries are jittered around it)
+            for c in range(chains):
+                parts[c]["start"] = GivenStart(point=inits[c].copy())
         inverse_masses = ([None] * chains if self.leapfrog is None
                           else self.leapfrog.inverse_masses(dim, chains))
         return [ChainState(
             sampler=self.name, chain=c, dim=dim, phases=[list(p) for p in plan], phase_index=0,
             iteration=0, phase_started=False, rng=generator_to_json(generators[c]),
             init=inits[c], kernel=None, inverse_mass=inverse_masses[c], outputs={}, evals={},
-            timings={}, parts={name: part.copy() for name, part in parts.items()})
+            timings={}, parts={name: part.copy() for name, part in parts[c].items()})
             for c in range(chains)]
 
     def warm_states(self, previous, draws=1000, rng=None):

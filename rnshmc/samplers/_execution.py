@@ -41,6 +41,20 @@ def pickles_without_main(sampler):
     return b"__main__" not in data
 
 
+def serial_reason(sampler, pool, chains, dim):
+    """Why ``pool="auto"`` runs several chains one after another (None: it does not): a
+    target of Python functions that cannot reach a spawned process."""
+    if pool != "auto" or chains < 2 or not uses_python_callables(sampler, dim):
+        return None
+    if pickles_without_main(sampler):
+        return None
+    return (f"{sampler.name}: the {chains} chains run one after another, not in parallel: the "
+            "target's Python functions cannot be sent to worker processes (a lambda, a "
+            "closure, or a function defined in the script you run). Define them at the top "
+            "level of an importable module (a .py file beside your script) to run the chains "
+            "in parallel, or pass pool=None to run serially without this message.")
+
+
 @contextlib.contextmanager
 def chain_pool(sampler, pool, chains, dim):
     """The executor of ``pool`` (see ``sample()``; "auto" makes one for the run), with a
@@ -51,7 +65,7 @@ def chain_pool(sampler, pool, chains, dim):
                 raise ValueError(f"pool must be 'auto', None, an executor or a Dask "
                                  f"client, got {pool!r}")
             processes = uses_python_callables(sampler, dim)
-            if processes and not pickles_without_main(sampler):
+            if serial_reason(sampler, pool, chains, dim):
                 processes, chains = False, 1  # serially: see sample()
             pool = stack.enter_context(local_pool(chains, processes))
         if pool is not None and not runs_in_other_processes(pool):

@@ -23,7 +23,7 @@ import numpy as np
 from .._kernels._integrators import GeneralizedLeapfrog, Leapfrog
 from .._kernels._metrics import EuclideanMetric
 from .._kernels._metropolis import MetropolisChain
-from .._kernels._chain import TRANSITION
+from .._kernels._chain import TRANSITION, NonFiniteStart
 from .._kernels._transition import Chain
 from ..adaptation import (RepeatedWarmup, WarmupSchedule, initial_step_size, regularized_variance,
                           terminal_buffer, trajectory_length_for_min_ess)
@@ -148,13 +148,56 @@ def euclidean_chain(dynamics, state, max_energy_error, test=None, delayed_accept
                  max_energy_error=max_energy_error, delayed_acceptance=delayed_acceptance)
 
 
-def continue_from_previous(state, chain):
+def continue_from_previous(run, chain):
     """Put ``chain`` where the previous phase left the chain (the first phase: at its initial
-    point); the new phase's counters start at zero."""
-    if state.kernel is None:
-        chain.set_position(state.init)
+    point, see :func:`start_where_finite`); the new phase's counters start at zero."""
+    if run.state.kernel is None:
+        start_where_finite(run, chain)
     else:
-        chain.set_state(state.kernel, counters=False)
+        chain.set_state(run.state.kernel, counters=False)
+
+
+# starting points a chain tries before giving up (Stan's number)
+MAX_START_TRIES = 100
+
+
+@dataclasses.dataclass
+class GivenStart(PartState):
+    """The starting point the user gave a chain (tries after it are jittered around it)."""
+    point: Optional[np.ndarray] = None
+
+
+def start_where_finite(run, chain):
+    """Put a new chain at its initial point or, where the log density or its gradient is not
+    finite there (-inf, NaN), at new points until one is, at most ``MAX_START_TRIES`` in all,
+    as Stan does: uniform in (-2, 2), or, for an ``init`` the user gave, that point plus a
+    jitter uniform in (-1, 1). Each try is a model evaluation, counted; the chain's
+    ``state.init`` becomes the point it started at. A model that raises is not retried.
+
+    Raises
+    ------
+    ValueError
+        Naming the sampler, the chain, the last point tried and what the model returned.
+    """
+    state = run.state
+    given = state.parts.get("start")
+    for attempt in range(MAX_START_TRIES):
+        point = state.init if attempt == 0 else (
+            given.point + run.generator.uniform(-1.0, 1.0, size=state.dim) if given is not None
+            else run.generator.uniform(-2.0, 2.0, size=state.dim))
+        try:
+            chain.set_position(point)
+        except NonFiniteStart as error:
+            failure = error
+            continue
+        state.init = np.array(point, dtype=np.float64)
+        return
+    where = ("around the given init (jittered by up to 1)" if given is not None
+             else "uniform in (-2, 2)")
+    raise ValueError(f"{run.sampler.name} chain {state.chain}: no starting point where the "
+                     f"model is finite in {MAX_START_TRIES} tries {where}; at the last, "
+                     f"{failure}. Give init= a point (one per chain: shape (chains, dim)) "
+                     "where the log density and its gradient are finite.") from failure
 
 
 # ---------------------------------------------------------------------------------------------
@@ -194,7 +237,7 @@ class Phase:
     def begin(self, run, chain):
         """One-time work when the phase starts (``chain`` may be None)."""
         if chain is not None:
-            continue_from_previous(run.state, chain)
+            continue_from_previous(run, chain)
 
     def iterate(self, run, chain, budget):
         """Run at most ``budget`` iterations from ``state.iteration``; return how many ran."""
@@ -265,7 +308,7 @@ class HMCPhase(Phase):
         return euclidean_chain(run.target, run.state, self.leapfrog.max_energy_error)
 
     def begin(self, run, chain):
-        continue_from_previous(run.state, chain)
+        continue_from_previous(run, chain)
         if self.adapt:
             start_step_size(run, chain, self.leapfrog.step_size_of(run.state.chain),
                             self.leapfrog.target_accept)
@@ -549,7 +592,7 @@ class RiemannianPhase(Phase):
             # after the exact-HMC approach: only its position carries over
             chain.set_position(state.kernel["position"])
         else:
-            continue_from_previous(state, chain)
+            continue_from_previous(run, chain)
         if self.adapt:
             start_step_size(run, chain, self.leapfrog.step_size_of(run.state.chain),
                             self.leapfrog.target_accept)

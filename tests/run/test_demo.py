@@ -8,7 +8,28 @@ from rnshmc.__main__ import main
 
 
 def test_demo_pde_quick(tmp_path, capsys):
+    """The main job: rnshmc.sample against HMC at its best, solves from the first
+    iteration."""
     assert main(["demo", "pde", "--quick", "--out", str(tmp_path), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "rnshmc.sample" in out and "HMC at its best" in out and "PDE solves" in out
+    assert "fewer PDE solves than HMC" in out and "--papers" in out
+    for name in ("pde_front_door.npz", "pde_hmc.npz"):
+        res = rnshmc.load(tmp_path / name)
+        assert res.samples.shape[0] == 4 and res.samples.shape[2] == 20
+        assert res.stopping["reason"] == "converged" and res.stopping["ess"] >= 400
+        assert res.cost["model_evals"] > 0
+    assert rnshmc.load(tmp_path / "pde_front_door.npz").choice["sampler"] == "ARNS-HMC"
+    table = (tmp_path / "pde_table.txt").read_text()
+    assert "rnshmc.sample" in table and "solves/ESS" in table
+    pytest.importorskip("matplotlib")
+    assert (tmp_path / "pde_marginals.png").stat().st_size > 0
+    assert (tmp_path / "pde_log_kappa.png").stat().st_size > 0
+
+
+def test_demo_pde_papers_quick(tmp_path, capsys):
+    assert main(["demo", "pde", "--papers", "--quick", "--out", str(tmp_path),
+                 "--no-progress"]) == 0
     out = capsys.readouterr().out
     assert "HMC" in out and "RNS-HMC" in out and "PDE solves / min ESS" in out
     for name in ("pde_hmc.npz", "pde_rns_hmc.npz"):
@@ -17,14 +38,16 @@ def test_demo_pde_quick(tmp_path, capsys):
         assert np.all(np.isfinite(res.samples))
     table = (tmp_path / "pde_table.txt").read_text()
     assert "RNS-HMC" in table and "speed-up" in table
-    pytest.importorskip("matplotlib")
-    assert (tmp_path / "pde_marginals.png").stat().st_size > 0
-    assert (tmp_path / "pde_log_kappa.png").stat().st_size > 0
+
+
+def test_the_main_job_refuses_the_papers_lengths(tmp_path, capsys):
+    err = one_line_error(capsys, ["demo", "pde", "--draws", "50", "--out", str(tmp_path)])
+    assert "--papers" in err
 
 
 def test_demo_pde_reads_the_authors_file(shared_data, tmp_path, capsys):
     path = shared_data / "rnshmc-original" / "ePDE.mat"
-    main(["demo", "pde", "--quick", "--data", str(path), "--out", str(tmp_path),
+    main(["demo", "pde", "--papers", "--quick", "--data", str(path), "--out", str(tmp_path),
           "--no-progress"])
     assert "the authors' problem" in capsys.readouterr().out
     assert rnshmc.load(tmp_path / "pde_rns_hmc.npz").samples.shape[-1] == 20
@@ -106,6 +129,6 @@ def test_reruns_do_not_overwrite_unless_asked(tmp_path, capsys):
 
 
 def test_quick_does_not_override_given_lengths(tmp_path):
-    assert main(["demo", "pde", "--quick", "--draws", "50", "--tune", "60", "--out",
-                 str(tmp_path), "--no-progress"]) == 0
+    assert main(["demo", "pde", "--papers", "--quick", "--draws", "50", "--tune", "60",
+                 "--out", str(tmp_path), "--no-progress"]) == 0
     assert rnshmc.load(tmp_path / "pde_hmc.npz").samples.shape == (1, 50, 20)

@@ -1,0 +1,106 @@
+"""A user's own model at first contact: starting points retried as Stan does where the model is
+not finite, with an error that names the chain; a message when the chains cannot run in
+parallel."""
+import warnings
+
+import numpy as np
+import pytest
+
+import rnshmc
+from rnshmc.diagnostics import SamplingWarning
+from testkit import check_mean
+
+
+def half_space(dim=3):
+    """A standard normal cut to q[0] > 0 (log density -inf elsewhere): a random start in
+    (-2, 2) fails half the time. The mean of q[0] is sqrt(2 / pi)."""
+    def logp_and_grad(q):
+        if q[0] <= 0:
+            return -np.inf, np.zeros_like(q)
+        return -0.5 * q @ q, -q
+    return rnshmc.Target(None, logp_and_grad=logp_and_grad, dim=dim)
+
+
+def started(sampler, **kwargs):
+    """Each chain's state after its first iteration (where it started: ``init``)."""
+    return sampler.run_states(sampler.init_states(draws=10, **kwargs), progress=False,
+                              stop_after=1)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_starting_points_are_retried_where_the_model_is_not_finite(seed):
+    sampler = rnshmc.HMC(half_space(), n_steps=5)
+    states = started(sampler, chains=8, rng=seed)
+    starts = np.array([s.init for s in states])
+    assert np.all(starts[:, 0] > 0) and np.all(np.abs(starts) < 2)
+    # a chain whose first draw was fine keeps it (Stan's draw)
+    first = [np.random.default_rng(g).uniform(-2, 2, size=3) for g in
+             np.random.SeedSequence(seed).spawn(8)]
+    kept = [f[0] > 0 for f in first]
+    assert any(kept) and not all(kept)
+    for start, draw, keep in zip(starts, first, kept):
+        if keep:
+            np.testing.assert_array_equal(start, draw)
+    # each try is a counted evaluation
+    assert all(s.evals["warmup"][1] >= 1 + (not k) for s, k in zip(states, kept))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = sampler.sample(2000, tune=500, rng=seed, progress=False, pool=None)
+    check_mean(res.samples, [np.sqrt(2 / np.pi), 0.0, 0.0])
+
+
+def test_a_given_start_that_fails_is_jittered():
+    states = started(rnshmc.HMC(half_space()), chains=4, rng=3, init=[-0.3, 0.0, 0.0])
+    starts = np.array([s.init for s in states])
+    assert np.all(starts[:, 0] > 0) and np.all(np.abs(starts - [-0.3, 0, 0]) <= 1)
+
+
+def test_a_model_finite_nowhere_names_the_chain_the_point_and_the_value():
+    nowhere = rnshmc.Target(lambda q: -np.inf, grad_logp=lambda q: np.zeros_like(q), dim=2)
+    with pytest.raises(ValueError, match=r"HMC chain 0: no starting point where the model is "
+                                         r"finite in 100 tries uniform in \(-2, 2\); at the "
+                                         r"last, the log density is not finite \(-inf\) at "
+                                         r"the initial point \[.*\]"):
+        rnshmc.HMC(nowhere).sample(10, rng=0, progress=False, pool=None)
+    # a model that raises is not retried: its error reaches the user
+    failing = rnshmc.Target(lambda q: 1 / 0, dim=2)
+    with pytest.raises(ZeroDivisionError):
+        rnshmc.AdaptiveMetropolis(failing).sample(10, rng=0, progress=False, pool=None)
+
+
+def test_chains_that_cannot_run_in_parallel_say_so():
+    target = rnshmc.Target(lambda q: -0.5 * q @ q, grad_logp=lambda q: -q, dim=2)
+    with pytest.warns(RuntimeWarning, match="run one after another.*importable module"):
+        res = rnshmc.HMC(target, n_steps=3).sample(50, tune=50, rng=0, progress=False)
+    assert "one after another" in res.serial_chains
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # (pool=None: asked for, no message)
+        warnings.simplefilter("ignore", SamplingWarning)
+        quiet = rnshmc.HMC(target, n_steps=3).sample(50, tune=50, rng=0, progress=False,
+                                                     pool=None)
+    assert "serial_chains" not in quiet
+    np.testing.assert_array_equal(quiet.samples, res.samples)
+
+
+def test_progress_in_a_log_is_a_status_line_now_and_then(monkeypatch):
+    import io
+    from rnshmc.samplers import _progress
+    model = rnshmc.models.Gaussian(np.zeros(3), covariance=np.eye(3))
+    log = io.StringIO()  # (not a terminal)
+    monkeypatch.setattr("sys.stderr", log)
+    monkeypatch.setattr(_progress, "_last_logged", {})
+    rnshmc.HMC(model, n_steps=3).sample(3000, tune=300, chains=2, rng=0, progress=True,
+                                        pool=None)
+    lines = log.getvalue().splitlines()
+    assert "\r" not in log.getvalue()
+    # one line per chain at its start, none more in a run shorter than the interval
+    assert len(lines) == 2 and lines[0].startswith("HMC chain 0: ")
+    assert "phase warmup" in lines[0] and "accept" in lines[0]
+    monkeypatch.setattr(_progress, "LOG_INTERVAL", 0.0)
+    monkeypatch.setattr("sys.stderr", io.StringIO())
+    rnshmc.HMC(model, n_steps=3).sample(3000, tune=300, chains=2, rng=0, progress=True,
+                                        pool=None)
+    assert len(__import__("sys").stderr.getvalue().splitlines()) > 20  # (every chunk)
+    monkeypatch.setattr("sys.stderr", log := io.StringIO())
+    rnshmc.HMC(model, n_steps=3).sample(300, tune=300, chains=2, rng=0, progress=False)
+    assert log.getvalue() == ""
