@@ -60,6 +60,7 @@ def base_result(name, states):
         timings=timings,
     )
     warn_about_stuck_chains(name, result)
+    warn_about_lagging_chains(name, result)
     warn_about_health(name, result)
     return result
 
@@ -167,6 +168,25 @@ def warn_about_stuck_chains(name, result):
                           "accepted: its draws are all the same point and tell nothing about "
                           "the posterior. Use a smaller step size (or longer warm-up).",
                           RuntimeWarning, stacklevel=user_stacklevel())
+
+
+def warn_about_lagging_chains(name, result):
+    """Warn about a chain whose sampling acceptance rate is under a third of the median of
+    the other chains' (itself above 0.1): stuck in a corner, or where its kernel does not
+    fit, while the pooled diagnostics may still look passable."""
+    rates = result.accepted.mean(axis=1)
+    if len(rates) < 2:
+        return
+    for chain, rate in enumerate(rates):
+        others = np.median(np.delete(rates, chain))
+        if 0 < rate < others / 3 and others > 0.1:  # (0: warned about as stuck)
+            warnings.warn(
+                f"{name} chain {chain}: its acceptance rate while sampling is {rate:.2f}, "
+                f"under a third of the other chains' ({others:.2f}). It is stuck in a part of "
+                "the posterior the others do not reach, or its kernel does not fit there; its "
+                "draws mix slowly. Look at its trace and R-hat; a longer warm-up (tune) or a "
+                "start nearer the others (init) usually helps.", RuntimeWarning,
+                stacklevel=user_stacklevel())
 
 
 def warn_if_acceptance_collapsed(name, accepted, reference, reference_is, advice):

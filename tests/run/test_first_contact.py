@@ -104,3 +104,20 @@ def test_progress_in_a_log_is_a_status_line_now_and_then(monkeypatch):
     monkeypatch.setattr("sys.stderr", log := io.StringIO())
     rnshmc.HMC(model, n_steps=3).sample(300, tune=300, chains=2, rng=0, progress=False)
     assert log.getvalue() == ""
+
+
+def test_a_chain_whose_acceptance_collapses_is_named():
+    model = rnshmc.models.Gaussian(np.zeros(4), covariance=np.eye(4))
+    # chain 3's step size is ten times the others': its acceptance collapses
+    sampler = rnshmc.HMC(model, step_size=[0.3, 0.3, 0.3, 3.0], n_steps=5)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res = sampler.sample(500, tune=0, rng=0, progress=False)
+    named = [str(w.message) for w in caught if "under a third of the other chains" in
+             str(w.message)]
+    assert len(named) == 1 and named[0].startswith("HMC chain 3:")
+    assert res.acceptance_rate[3] < res.acceptance_rate[:3].min() / 3
+    with warnings.catch_warnings(record=True) as caught:  # (all alike: no such warning)
+        warnings.simplefilter("always")
+        rnshmc.HMC(model, step_size=0.3, n_steps=5).sample(500, tune=0, rng=0, progress=False)
+    assert not any("other chains" in str(w.message) for w in caught)
