@@ -17,6 +17,7 @@ from .._kernels._chain import StopRequested
 from ..parallel import (blas_limits, interruptible, local_pool, map_chains,
                         runs_in_other_processes, threads_per_chain)
 from ..targets import as_ctarget
+from ._progress import new_run
 from ._runner import Budget, run_chain
 
 __all__ = ["chain_pool", "run_states", "run_to_end", "join_barriers"]
@@ -176,6 +177,7 @@ def run_to_end(sampler, states, progress=True, pool="auto", checkpointer=None, r
     if checkpointer is not None:
         every, seconds = checkpointer.every, checkpointer.seconds
     record = None
+    new_run()  # (status lines in a log: every chain's first at once)
     written = (time.monotonic(), progress_of(states))  # (when and where the last checkpoint)
     with chain_pool(sampler, pool, len(states), states[0].dim) as executor:
         while not all(s.done for s in states) or (rule is not None and record is None):

@@ -7,12 +7,17 @@ import time
 
 import numpy as np
 
-__all__ = ["Progress"]
+__all__ = ["Progress", "new_run"]
 
 # seconds between a chain's status lines when standard error is not a terminal (a batch job's
 # log): a bar's carriage returns would fill the log with partial lines
 LOG_INTERVAL = 60.0
 _last_logged = {}  # a bar's description -> time.monotonic() of its last status line
+
+
+def new_run():
+    """A run starts: each of its chains prints its first status line at once."""
+    _last_logged.clear()
 
 
 def _logs_lines():

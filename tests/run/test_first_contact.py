@@ -88,7 +88,6 @@ def test_progress_in_a_log_is_a_status_line_now_and_then(monkeypatch):
     model = rnshmc.models.Gaussian(np.zeros(3), covariance=np.eye(3))
     log = io.StringIO()  # (not a terminal)
     monkeypatch.setattr("sys.stderr", log)
-    monkeypatch.setattr(_progress, "_last_logged", {})
     rnshmc.HMC(model, n_steps=3).sample(3000, tune=300, chains=2, rng=0, progress=True,
                                         pool=None)
     lines = log.getvalue().splitlines()
