@@ -167,12 +167,14 @@ class GivenStart(PartState):
     point: Optional[np.ndarray] = None
 
 
-def start_where_finite(run, chain):
+def start_where_finite(run, chain, shift=0.0, scale=1.0):
     """Put a new chain at its initial point or, where the log density or its gradient is not
     finite there (-inf, NaN), at new points until one is, at most ``MAX_START_TRIES`` in all,
     as Stan does: uniform in (-2, 2), or, for an ``init`` the user gave, that point plus a
     jitter uniform in (-1, 1). Each try is a model evaluation, counted; the chain's
     ``state.init`` becomes the point it started at. A model that raises is not retried.
+    Points are the target's; a chain whose dynamics run on ``(q - shift) / scale`` (L2HMC's
+    standardised coordinates) is given those.
 
     Raises
     ------
@@ -186,7 +188,7 @@ def start_where_finite(run, chain):
             given.point + run.generator.uniform(-1.0, 1.0, size=state.dim) if given is not None
             else run.generator.uniform(-2.0, 2.0, size=state.dim))
         try:
-            chain.set_position(point)
+            chain.set_position((np.asarray(point, dtype=np.float64) - shift) / scale)
         except NonFiniteStart as error:
             failure = error
             continue
@@ -194,9 +196,12 @@ def start_where_finite(run, chain):
         return
     where = ("around the given init (jittered by up to 1)" if given is not None
              else "uniform in (-2, 2)")
+    last = str(failure)
+    if np.any(np.asarray(shift) != 0.0) or np.any(np.asarray(scale) != 1.0):
+        last += f" (standardised; the target's point: {np.array2string(point)})"
     raise ValueError(f"{run.sampler.name} chain {state.chain}: no starting point where the "
                      f"model is finite in {MAX_START_TRIES} tries {where}; at the last, "
-                     f"{failure}. Give init= a point (one per chain: shape (chains, dim)) "
+                     f"{last}. Give init= a point (one per chain: shape (chains, dim)) "
                      "where the log density and its gradient are finite.") from failure
 
 

@@ -190,8 +190,8 @@ def warn_about_lagging_chains(name, result):
 
 
 def warn_if_acceptance_collapsed(name, accepted, reference, reference_is, advice):
-    """Warn about a chain whose acceptance over a window of draws (a tenth, at least 50) is
-    under a third of ``reference`` (per chain).
+    """Warn, once for all chains, about chains whose acceptance over a window of draws (a
+    tenth, at least 50) is under a third of ``reference`` (per chain).
 
     Parameters
     ----------
@@ -201,17 +201,19 @@ def warn_if_acceptance_collapsed(name, accepted, reference, reference_is, advice
     reference_is : str
         What the reference is, for the message.
     advice : str
-        What to try, for the message.
+        What to try, for the message: what fixed such a fall in the tests.
     """
     draws = accepted.shape[1]
     width = min(max(50, draws // 10), draws)
     windows = accepted[:, :draws // width * width].reshape(len(accepted), -1, width).mean(axis=2)
+    falls = []
     for chain, (rates, rate) in enumerate(zip(windows, reference)):
         low = np.flatnonzero(rates < rate / 3)
         if low.size:
-            warnings.warn(
-                f"{name} chain {chain}: acceptance fell to {rates[low[0]]:.2f} over draws "
-                f"{low[0] * width}-{(low[0] + 1) * width - 1}, under a third of {reference_is} "
-                f"({rate:.2f}). The surrogate is poor in part of the posterior: the chain is "
-                f"still exact but mixes slowly there. {advice}",
-                RuntimeWarning, stacklevel=user_stacklevel())
+            falls.append(f"chain {chain} to {rates[low[0]]:.2f} over draws {low[0] * width}-"
+                         f"{(low[0] + 1) * width - 1} (of {rate:.2f})")
+    if falls:
+        warnings.warn(
+            f"{name}: acceptance fell under a third of {reference_is}: {'; '.join(falls)}. "
+            f"The surrogate is poor in part of the posterior: the chains are still exact but "
+            f"mix slowly there. {advice}", RuntimeWarning, stacklevel=user_stacklevel())

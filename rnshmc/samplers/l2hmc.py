@@ -15,7 +15,7 @@ from ..surrogate import RandomNetworkSurrogate
 from ..targets import as_ctarget, target_dim
 from ..validation import check_integer, check_real, moved_arguments, user_stacklevel
 from ._base import Sampler
-from ._phases import Phase
+from ._phases import Phase, start_where_finite
 from ._progress import Progress
 from .rns import RNSHMC
 
@@ -596,6 +596,6 @@ class LearnedPhase(Phase):
     def begin(self, run, chain):
         state, l2 = run.state, self.sampler
         if state.kernel is None:
-            chain.set_position((state.init - l2.shift) / l2.scale)
+            start_where_finite(run, chain, l2.shift, l2.scale)
         else:
             chain.set_state(state.kernel, counters=False)

@@ -324,8 +324,10 @@ class RNSHMC(Sampler):
         if self.trust is None:
             warn_if_acceptance_collapsed(
                 self.name, result.accepted, result.exploration_acceptance_rate,
-                "the exploration's acceptance", "Try more hidden units (n_hidden) or more training points "
-                "(a longer tune or n_train).")
+                "the exploration's acceptance",
+                "The trust watch (trust=True, the default) refits such a surrogate and falls "
+                "back to exact dynamics where it stays poor; without it, more hidden units "
+                "(n_hidden) or more training points (a longer tune or n_train).")
         else:
             warn_about_trust_events(self.name, self.trust, result)
 

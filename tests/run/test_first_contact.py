@@ -49,6 +49,24 @@ def test_starting_points_are_retried_where_the_model_is_not_finite(seed):
     check_mean(res.samples, [np.sqrt(2 / np.pi), 0.0, 0.0])
 
 
+@pytest.mark.parametrize("seed", [0, 1])
+def test_l2hmc_chains_retry_their_start_too(seed):
+    """L2HMC's chains run in standardised coordinates; their starts are the target's."""
+    l2hmc = rnshmc.L2HMC(half_space(), n_steps=3, standardize=([0.5, 0.0, 0.0], [2.0, 1.0, 1.0]))
+    l2hmc.train(50, chains=10, rng=seed, progress=False)
+    states = started(l2hmc, chains=8, rng=seed)
+    starts = np.array([s.init for s in states])
+    assert np.all(starts[:, 0] > 0) and np.all(np.abs(starts) < 2)
+    res = l2hmc.sample(200, tune=0, chains=4, rng=seed, progress=False, pool=None)
+    assert np.all(res.samples[..., 0] > 0) and np.all(res.acceptance_rate > 0.5)
+    nowhere = rnshmc.Target(lambda q: -np.inf, grad_logp=lambda q: np.zeros_like(q), dim=2)
+    l2hmc = rnshmc.L2HMC(nowhere, n_steps=3, standardize=([1.0, 1.0], [2.0, 2.0]))
+    l2hmc.initialize(seed)
+    with pytest.raises(ValueError, match=r"L2HMC chain 0: no starting point .* in 100 tries "
+                                         r".*\(standardised; the target's point: \[.*\]\)"):
+        l2hmc.sample(10, tune=0, rng=seed, progress=False, pool=None)
+
+
 def test_a_given_start_that_fails_is_jittered():
     states = started(rnshmc.HMC(half_space()), chains=4, rng=3, init=[-0.3, 0.0, 0.0])
     starts = np.array([s.init for s in states])
@@ -120,3 +138,25 @@ def test_a_chain_whose_acceptance_collapses_is_named():
         warnings.simplefilter("always")
         rnshmc.HMC(model, step_size=0.3, n_steps=5).sample(500, tune=0, rng=0, progress=False)
     assert not any("other chains" in str(w.message) for w in caught)
+
+
+def test_an_adaptive_metropolis_chain_that_collapses_is_named_and_the_advice_fixes_it():
+    """A chain started far out adapts its proposal to its way in and, frozen after a short
+    warm-up, accepts 2% of its proposals where the others accept about 20%; four times the
+    warm-up lets it re-adapt, as the warning advises."""
+    model = rnshmc.models.Gaussian(np.zeros(4), covariance=np.diag([1e-4, 1e-4, 1.0, 1.0]))
+    init = np.zeros((4, 4))
+    init[3] = [30.0, -30.0, 30.0, 30.0]
+
+    def lagging(tune):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            res = rnshmc.AdaptiveMetropolis(model).sample(3000, tune=tune, chains=4, rng=0,
+                                                          init=init, progress=False, pool=None)
+        return res, [str(w.message) for w in caught if "other chains" in str(w.message)]
+
+    res, named = lagging(300)
+    assert len(named) == 1 and named[0].startswith("AM chain 3:") and "(tune)" in named[0]
+    assert res.acceptance_rate[3] < 0.05 < 0.15 < res.acceptance_rate[:3].min()
+    res, named = lagging(1200)
+    assert not named and res.acceptance_rate.min() > 0.15

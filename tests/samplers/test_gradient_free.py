@@ -293,7 +293,10 @@ def test_a_poor_surrogate_is_still_exact_and_warned_about():
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         res = rns.sample(4000, tune=500, chains=4, rng=2, progress=False)
-    assert any("under a third" in str(w.message) for w in caught)
+    # one warning for all the chains, whose advice is what fixes this fall (200 units:
+    # acceptance above 0.6 in test_exact_on_a_5d_gaussian)
+    falls = [str(w.message) for w in caught if "under a third" in str(w.message)]
+    assert len(falls) == 1 and "hidden units (n_hidden)" in falls[0]
     assert res.acceptance_rate.mean() < 0.4 and np.all(res.fit_residual > 1.0)
     assert res.min_ess() > 100  # (not a vacuous check)
     check_mean(res.samples, model.mean, n_sigma=4.0)
