@@ -130,6 +130,39 @@ def interruptible():
         signal.signal(signal.SIGINT, previous)
 
 
+@contextlib.contextmanager
+def stop_after_transition(stop):
+    """While chains run in this process (serially or on threads), from its main thread: the
+    first SIGINT (Ctrl-C) raises the run's stop flag ``stop``, so that every chain stops
+    after its current transition, and a second one raises KeyboardInterrupt at once.
+
+    A KeyboardInterrupt raised inside a Python model would cut its transition short: its
+    random draws would be spent but not its state, and a run resumed from its checkpoint
+    would differ from the uninterrupted run. Elsewhere (a worker thread, or a handler of the
+    user's own) nothing is changed. Yields a list whose one element becomes True at the
+    first SIGINT.
+    """
+    import signal
+    interrupted = [False]
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+        yield interrupted
+        return
+
+    def first_interrupt(signum, frame):
+        interrupted[0] = True
+        stop[0] = 1
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        sys.stderr.write("\nrnshmc: stopping every chain after its current transition "
+                         "(Ctrl-C again to stop at once)\n")
+
+    previous = signal.signal(signal.SIGINT, first_interrupt)
+    try:
+        yield interrupted
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 _worker_limits = None  # a process-pool worker's BLAS limits (see _limit_blas)
 
 

@@ -2,6 +2,8 @@
 fixture. The helpers the tests share are in ``testkit.py``, imported explicitly by the test
 modules (this file's folder is on ``sys.path`` once pytest has loaded it).
 """
+import signal
+
 import pytest
 
 # testkit's asserts (check_mean, check_covariance) get pytest's assertion introspection too
@@ -13,6 +15,10 @@ from testkit import shared_data_dir  # noqa: E402
 def pytest_configure(config):
     # registered here too, so the marker is known when the tests run outside the checkout
     config.addinivalue_line("markers", "slow: long statistical tests (deselect with -m 'not slow')")
+    # a shell starts a background job (`pytest ... &`) with SIGINT ignored, and the child
+    # processes of the Ctrl-C tests inherit that: give them Python's handler back
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture

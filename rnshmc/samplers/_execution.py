@@ -15,7 +15,7 @@ import numpy as np
 from .._kernels._targets import PyCallableTarget
 from .._kernels._chain import StopRequested
 from ..parallel import (blas_limits, interruptible, local_pool, map_chains,
-                        runs_in_other_processes, threads_per_chain)
+                        runs_in_other_processes, stop_after_transition, threads_per_chain)
 from ..targets import as_ctarget
 from ._progress import new_run
 from ._runner import Budget, run_chain
@@ -134,16 +134,22 @@ def run_states(sampler, states, progress=True, pool=None, budget=None):
             with blas_limits(threads, "openmp") if threads else contextlib.nullcontext():
                 return run_chain(sampler, state, target, progress=progress, budget=budget,
                                  stop_flag=stop, position=state.chain if several else None)
+    # (a pool of other processes forwards a Ctrl-C to its workers: see map_chains)
+    here = pool is None or not runs_in_other_processes(pool)
     try:
-        outcomes = map_chains(_Guarded(run, stop), states, pool, stop)
+        with stop_after_transition(stop) if here else contextlib.nullcontext([False]) as ctrl_c:
+            outcomes = map_chains(_Guarded(run, stop), states, pool, stop)
     except KeyboardInterrupt as interrupt:  # while waiting for a pool's chains
         interrupt.states = [state if outcome is None else outcome[0]
                             for state, outcome in zip(states, interrupt.outcomes)]
         raise
     states = [state for state, _ in outcomes]
     errors = [error for _, error in outcomes if error is not None]
+    failure = next((e for e in errors if not isinstance(e, StopRequested)), None)
+    if ctrl_c[0] and failure is None:
+        errors = [KeyboardInterrupt("interrupted (Ctrl-C)")]
     if errors:
-        error = next((e for e in errors if not isinstance(e, StopRequested)), errors[0])
+        error = failure or errors[0]
         error.states = states
         raise error
     return states

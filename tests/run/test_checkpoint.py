@@ -75,23 +75,64 @@ def test_a_killed_run_resumes_to_the_uninterrupted_draws(phase, tmp_path):
     np.testing.assert_array_equal(resumed.n_gradient_evals, full.n_gradient_evals)
 
 
-def test_ctrl_c_writes_a_checkpoint_that_resumes_exactly(tmp_path):
+def ctrl_c_at(evaluation, model, times=1):
+    """``model`` as a Python target that sends this process a SIGINT at its
+    ``evaluation``-th gradient, and at the ``times - 1`` next ones (a Ctrl-C at a known point
+    of the run, not after a timer that a busy machine can delay past the run's end; a C model
+    interrupted without the GIL is test_interrupt.py's). Its ``count`` attribute counts the
+    evaluations."""
+    def logp_and_grad(q):
+        target.count += 1
+        if evaluation is not None and 0 <= target.count - evaluation < times:
+            os.kill(os.getpid(), signal.SIGINT)
+        return model.log_density_gradient(q)
+    target = rnshmc.Target(None, logp_and_grad=logp_and_grad, dim=model.dim)
+    target.count = 0
+    return target
+
+
+def test_ctrl_c_writes_a_checkpoint_that_resumes_exactly(tmp_path, capfd):
+    """A Ctrl-C in a Python model's evaluation stops the chain after that transition (the
+    evaluations go on to the trajectory's end), so the checkpoint resumes to the
+    uninterrupted run's draws."""
     model = rnshmc.models.Gaussian(np.zeros(50), covariance=np.eye(50))
-    kwargs = dict(draws=40000, tune=100, chains=1, rng=6)  # about 2 s
+    kwargs = dict(draws=2000, tune=100, chains=1, rng=6)
     path = tmp_path / "run.npz"
-    timer = threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT))
-    timer.start()
+    # tune: 100 x 10 gradients; the SIGINT comes within a trajectory, at about draw 900
+    interrupted = ctrl_c_at(10005, model)
     with pytest.warns(RuntimeWarning, match="interrupted"):
-        partial = rnshmc.HMC(model, step_size=0.05, n_steps=50).sample(
-            **kwargs, progress=False, checkpoint=path, checkpoint_every=10**6)
-    timer.cancel()
-    assert partial.interrupted and partial.samples.shape[1] < 40000
+        partial = rnshmc.HMC(interrupted, step_size=0.05, n_steps=10).sample(
+            **kwargs, progress=False, checkpoint=path, checkpoint_every=10**6, pool=None)
+    assert "stopping every chain after its current transition" in capfd.readouterr().err
+    assert partial.interrupted and 0 < partial.samples.shape[1] < 2000
+    assert 10005 + 1 < interrupted.count <= 10005 + 10 + 1  # (+1: the checkpoint's check)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        resumed = rnshmc.resume(path, progress=False)
-        full = rnshmc.HMC(model, step_size=0.05, n_steps=50).sample(**kwargs, progress=False)
+        resumed = rnshmc.resume(path, target=ctrl_c_at(None, model), progress=False)
+        full = rnshmc.HMC(ctrl_c_at(None, model), step_size=0.05, n_steps=10).sample(
+            **kwargs, progress=False, pool=None)
     np.testing.assert_array_equal(resumed.samples, full.samples)
     np.testing.assert_array_equal(partial.samples, full.samples[:, :partial.samples.shape[1]])
+
+
+def test_a_second_ctrl_c_stops_at_once(tmp_path):
+    """Two SIGINTs: the evaluation under way is the last; the draws so far are returned and
+    the checkpoint resumes (a valid continuation, though the cut transition's random draws
+    are gone)."""
+    model = rnshmc.models.Gaussian(np.zeros(5), covariance=np.eye(5))
+    interrupted = ctrl_c_at(5005, model, times=2)
+    path = tmp_path / "run.npz"
+    with pytest.warns(RuntimeWarning, match="interrupted"):
+        partial = rnshmc.HMC(interrupted, step_size=0.3, n_steps=10).sample(
+            2000, tune=100, chains=1, rng=0, progress=False, checkpoint=path, pool=None)
+    # (the evaluation under way is the last of the run, then the checkpoint's check of the model)
+    assert interrupted.count == 5006 + 1 and partial.interrupted
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        resumed = rnshmc.resume(path, target=ctrl_c_at(None, model), progress=False)
+    n = partial.samples.shape[1]
+    assert resumed.samples.shape == (1, 2000, 5)
+    np.testing.assert_array_equal(resumed.samples[:, :n], partial.samples)
 
 
 @pytest.mark.parametrize("stop", [1, 130, 200, 201, 260])
