@@ -80,6 +80,11 @@ class SampleResult(dict):
         Adapted diagonal or dense inverse mass matrix of each chain.
     sampler : str
         Name of the sampler that produced the result.
+    converged : bool
+        Whether the draws are a usable answer: max R-hat <= 1.01, bulk and tail ESS >= 100
+        per chain, and every chain moved (``docs/guide.md``, Results).
+    convergence_problems : list of str
+        Why not, when `converged` is False (empty otherwise).
 
     Samplers may add further keys: ints, floats, bools, strings, ``None``,
     arrays, and (nested) dicts of these.  All of them survive

@@ -1124,14 +1124,27 @@ class DynamicsState(PartState):
 
 class TrustWatch:
     """The surrogate watched where the chain is: over every ``window`` sampling iterations on
-    the surrogate's dynamics, an acceptance rate under ``ratio`` times the exploration's
-    distrusts it; the chain then runs ``refit_iterations`` of exact HMC, the surrogate is
-    refitted with those states and ``refit_growth`` times the hidden units, and the chain goes
-    back to it; after ``max_refits`` refits, a distrust makes the rest exact HMC (fallback).
-    See ``docs/algorithms.md`` (RNS-HMC) for why the chain stays exact."""
+    the surrogate's dynamics, an acceptance rate under ``ratio`` times the reference
+    distrusts it; the chain then runs ``refit_iterations`` of its exact kernel (HMC, or the
+    exploration's random walk for a values-only sampler: see :class:`SurrogateSampling`),
+    the surrogate is refitted with that stretch's evaluations and ``refit_growth`` times the
+    hidden units, and the chain goes back to it; after ``max_refits`` refits, a distrust makes
+    the rest exact (fallback). See ``docs/algorithms.md`` (RNS-HMC) for why the chain stays
+    exact.
+
+    The reference (``reference``) is the exploration's acceptance over its training window
+    ("exploration": an exact HMC exploration's, which the surrogate's dynamics should
+    match), or the surrogate's own acceptance on its pilot ("surrogate": a random-walk
+    exploration's acceptance says nothing of the dynamics')."""
+
+    REFERENCES = ("exploration", "surrogate")
 
     def __init__(self, ratio=0.5, window=50, max_refits=2, refit_iterations=200,
-                 refit_growth=2.0):
+                 refit_growth=2.0, reference="exploration"):
+        if reference not in self.REFERENCES:
+            raise ValueError(f"the trust watch's reference must be one of {self.REFERENCES}, "
+                             f"got {reference!r}")
+        self.reference = reference
         self.ratio = check_real(ratio, "trust_ratio", lower=0.0, upper=1.0, upper_inclusive=True)
         self.window = check_integer(window, "trust_window", minimum=10)
         self.max_refits = check_integer(max_refits, "max_refits", minimum=0)
@@ -1435,17 +1448,25 @@ class SurrogateSampling(Phase):
     """
 
     def __init__(self, fit, leapfrog, delayed_acceptance=False, trust=None, online=None,
-                 keep_gradients=True, jitter=None):
+                 keep_gradients=True, jitter=None, exact_kernel="hmc"):
         super().__init__("sampling")
+        if exact_kernel not in ("hmc", "metropolis"):
+            raise ValueError(f"exact_kernel must be 'hmc' or 'metropolis', got {exact_kernel!r}")
         self.fit, self.leapfrog, self.delayed_acceptance = fit, leapfrog, delayed_acceptance
         self.jitter = leapfrog.jitter if jitter is None else jitter
-        self.trust, self.online = trust, online
+        self.trust, self.online, self.exact_kernel = trust, online, exact_kernel
+        # a random walk's refits are fitted to the values of its proposals
+        proposals = (online is not None and online.points == "proposals") or (
+            trust is not None and exact_kernel == "metropolis")
         self.keep = ("samples", "records") + (("gradients",) if keep_gradients else ()) \
-            + (("proposals",) if online is not None and online.points == "proposals" else ())
+            + (("proposals",) if proposals else ())
 
     def make_chain(self, run):
         state = run.state
         if state.parts["dynamics"].mode == "exact":
+            if self.exact_kernel == "metropolis":  # the exploration's last proposal, frozen
+                proposal = state.parts["proposal"]
+                return MetropolisChain(run.target, proposal.covariance, proposal.scale)
             return euclidean_chain(run.target, state, self.leapfrog.max_energy_error)
         return euclidean_chain(self.fit.surrogate(state)._ctarget, state,
                                self.leapfrog.max_energy_error, test=run.target,
@@ -1454,7 +1475,9 @@ class SurrogateSampling(Phase):
     def trajectory(self, run):
         fit = run.state.parts["fit"]
         exact = run.state.parts["dynamics"].mode == "exact"
-        return (fit.exact_n_steps if exact else fit.surrogate_n_steps), self.jitter
+        if exact:  # (a random walk makes one step)
+            return (fit.exact_n_steps if self.exact_kernel == "hmc" else 1), self.jitter
+        return fit.surrogate_n_steps, self.jitter
 
     def begin(self, run, chain):
         start_on_surrogate(run, chain)
@@ -1528,36 +1551,44 @@ class SurrogateSampling(Phase):
         if trust is None or (t - dynamics.surrogate_since) % trust.window:
             return False
         rate = float(state.outputs["sampling"]["records"]["accepted"][t - trust.window:t].mean())
-        reference = state.parts["fit"].exploration_acceptance_rate
+        fit = state.parts["fit"]
+        reference = (fit.surrogate_acceptance_rate if trust.reference == "surrogate"
+                     else fit.exploration_acceptance_rate)
         if rate >= trust.ratio * reference:
             return False
         refit = dynamics.n_refits < trust.max_refits
-        dynamics.events.append(dict(
-            iteration=t, window_acceptance=rate, exploration_acceptance=reference,
-            action="refit" if refit else "fallback"))
+        dynamics.events.append({
+            "iteration": t, "window_acceptance": rate, f"{trust.reference}_acceptance": reference,
+            "action": "refit" if refit else "fallback"})
         dynamics.exact_until = t + trust.refit_iterations if refit else None
         self.switch_dynamics(run, chain, "exact")
         return True
 
     def refit(self, run):
         """Refit the surrogate to the exploration's training data plus the exact stretches'
-        states, with ``refit_growth`` times the hidden units."""
+        states (with their gradients; a random walk's: its evaluated proposals), with
+        ``refit_growth`` times the hidden units."""
         state = run.state
         dynamics = state.parts["dynamics"]
         outputs = state.outputs["sampling"]
         t = state.iteration
         exact = outputs["exact_dynamics"][:t]
-        Q, U, G = (outputs["samples"][:t][exact], -outputs["records"]["log_density"][:t][exact],
-                   outputs["gradients"][:t][exact])
+        Q, U = outputs["samples"][:t][exact], -outputs["records"]["log_density"][:t][exact]
         # the old surrogate's misfit at the newest exact states (out of sample: where the
         # chain went), centred (a constant offset does not matter)
         newest = slice(-(t - dynamics.events[-1]["iteration"]), None)
         old = self.fit.surrogate(state)
         misfit = old.predict(Q[newest]) - U[newest]
         Q0, U0, G0 = self.fit.exploration.training_rows(state)
+        if self.exact_kernel == "metropolis":
+            rows = outputs["proposals"][:t][exact]
+            rows = rows[rows[:, -1] <= 2 * np.max(U) - np.min(U)]  # (as the exploration's)
+            Q, U, G = rows[:, :-1], rows[:, -1], None
+        else:
+            G = np.vstack([G0, outputs["gradients"][:t][exact]])
         n_hidden = int(round(old.n_hidden * self.trust.refit_growth))
         surrogate = self.fit.fit(state, run.generator, np.vstack([Q0, Q]),
-                                 np.concatenate([U0, U]), np.vstack([G0, G]), n_hidden)
+                                 np.concatenate([U0, U]), G, n_hidden)
         dynamics.n_refits += 1
         dynamics.events[-1].update(
             misfit_before=float(np.sqrt(np.mean((misfit - misfit.mean()) ** 2))),
@@ -1576,7 +1607,10 @@ class SurrogateSampling(Phase):
         new = self.make_chain(run)
         new.set_position(chain.position)
         fit = state.parts["fit"]
-        new.step_size = fit.explore_step_size if mode == "exact" else fit.sampling_step_size
+        if mode == "surrogate":
+            new.step_size = fit.sampling_step_size
+        elif self.exact_kernel == "hmc":  # (a random walk keeps its proposal's scale)
+            new.step_size = fit.explore_step_size
         run.keep_current(self.name, new)
 
     def waiting(self, state):

@@ -62,7 +62,43 @@ def base_result(name, states):
     warn_about_stuck_chains(name, result)
     warn_about_lagging_chains(name, result)
     warn_about_health(name, result)
+    result["convergence_problems"] = convergence_problems(result)
+    result["converged"] = not result["convergence_problems"]
     return result
+
+
+def convergence_problems(result, rhat_limit=1.01, ess_per_chain=100.0):
+    """Why a result's draws are not yet a usable answer (empty: they are): R-hat above
+    ``rhat_limit``, bulk or tail ESS under ``ess_per_chain`` per chain (Vehtari et al.
+    2021), too few draws to tell, or a chain that never moved. Divergences are warned about
+    but are not in this list: they say where the draws may be biased, not that the chains
+    have not mixed.
+
+    Parameters
+    ----------
+    result : SampleResult
+        With its ``health`` (see :func:`warn_about_health`).
+
+    Returns
+    -------
+    list of str
+    """
+    checks = result["health"]
+    chains = result.samples.shape[0]
+    problems = []
+    if np.isnan(checks["rhat_max"]) or np.isnan(checks["ess_bulk_min"]):
+        problems.append(f"too few draws ({result.samples.shape[1]} per chain) to tell")
+    else:
+        if checks["rhat_max"] > rhat_limit:
+            problems.append(f"R-hat {checks['rhat_max']:.3g} > {rhat_limit}")
+        for key, kind in (("ess_bulk_min", "bulk"), ("ess_tail_min", "tail")):
+            if not checks[key] >= ess_per_chain * chains:
+                problems.append(f"{kind} ESS {checks[key]:.0f} < {ess_per_chain:.0f} per chain "
+                                f"({ess_per_chain * chains:.0f})")
+    stuck = [chain for chain in range(chains) if not np.any(result.accepted[chain])]
+    if stuck:
+        problems.append(f"chains {stuck} never moved")
+    return problems
 
 
 def run_cost(sampler, states, ess):

@@ -8,10 +8,10 @@ import numpy as np
 from ..validation import check_group, check_real, moved_arguments
 from ._base import Sampler
 from ._phases import (LeapfrogSettings, MetropolisExploration, MetropolisPhase, PilotKernel,
-                      SurrogateFit, SurrogateSampling, SurrogateSettings)
+                      SurrogateFit, SurrogateSampling, SurrogateSettings, TrustWatch)
 from ._result import warn_if_acceptance_collapsed
-from .rns import (NETWORK_KEYS, check_n_steps, check_step_cost, earlier_tune,
-                  surrogate_group)
+from .rns import (NETWORK_KEYS, TRUST_KEYS, check_n_steps, check_step_cost, earlier_tune,
+                  surrogate_group, warn_about_trust_events)
 
 __all__ = ["GradientFreeRNSHMC", "AdaptiveMetropolis"]
 
@@ -19,6 +19,9 @@ __all__ = ["GradientFreeRNSHMC", "AdaptiveMetropolis"]
 VALUES_WEIGHT_SCALE = 0.05
 # the step-size pilot's trajectory length with n_steps="auto"
 PILOT_STEPS = 10
+# the trust watch's defaults where they differ from RNS-HMC's: a window of draws is distrusted
+# under a third of the surrogate's own acceptance (the collapse warning's threshold)
+TRUST_DEFAULTS = dict(ratio=1 / 3)
 SURROGATE_KEYS = NETWORK_KEYS + ("n_train", "training_data", "step_cost")
 # earlier keyword arguments: (their group, their new name)
 MOVED = dict({key: ("surrogate", key) for key in NETWORK_KEYS + ("n_train", "training_data")},
@@ -139,6 +142,20 @@ class GradientFreeRNSHMC(Sampler):
     explore : dict, optional
         The adaptive-Metropolis exploration: ``target_accept`` of its proposal scale
         (default 0.234). Its length is ``sample()``'s ``tune``.
+    trust : dict or bool
+        The trust watch (default True), as :class:`~rnshmc.RNSHMC`'s with two differences.
+        A window of ``window`` (default 50) draws is distrusted when its acceptance is under
+        ``ratio`` (default 1/3) times the surrogate's own acceptance on its pilot
+        (``surrogate_acceptance_rate``): an adaptive-Metropolis exploration's acceptance
+        says nothing of the dynamics'. And the exact kernel is the exploration's random walk,
+        its proposal frozen: ``refit_iterations`` (default 200) of it, then a refit to the
+        training data plus the values of the proposals it evaluated, with ``refit_growth``
+        (default 2) times the hidden units; after ``max_refits`` (default 2) refits the rest
+        of the chain is adaptive Metropolis (fallback), warned about and recorded
+        (``trust_events``, ``exact_dynamics``, ``fallback``). With three hidden units on a
+        5-d Gaussian every chain is stuck without the watch (acceptance 0) and falls back
+        with it (then within Monte Carlo error); on well-fitted Gaussians it stays quiet.
+        False turns it off (then a warning when acceptance collapses).
     mass_matrix, inverse_mass_matrix
         The sampling phase's mass matrix; None (default) uses the exploration's proposal
         covariance as the inverse mass matrix.
@@ -167,7 +184,7 @@ class GradientFreeRNSHMC(Sampler):
 
     The result has the keys of :class:`~rnshmc.RNSHMC`'s (``n_gradient_evals`` is 0;
     ``exploration_acceptance_rate`` is the adaptive Metropolis's over the training window;
-    no exact dynamics, refits or fallback), plus ``surrogate_acceptance_rate`` (per chain:
+    ``exact_dynamics`` marks the random walk's draws), plus ``surrogate_acceptance_rate`` (per chain:
     the pilot's mean acceptance on the surrogate alone at the sampling step size and
     length), ``proposal_covariance`` (chains, dim, dim) and ``proposal_scale`` (chains,):
     the exploration's final random-walk proposal, scale times a Cholesky factor of the
@@ -175,11 +192,9 @@ class GradientFreeRNSHMC(Sampler):
 
     Notes
     -----
-    There is no trust watch (RNS-HMC's falls back to exact HMC, which needs gradients). After
-    sampling, a window of draws whose acceptance is under a third of what the surrogate's own
-    dynamics accept (``surrogate_acceptance_rate``, the pilot's mean acceptance probability
-    at the sampling step size and length) is warned about: the surrogate is poor there (the
-    chain is still exact, but mixes slowly).
+    The chain is exact whichever kernel runs: each (the surrogate's dynamics with the exact
+    test, the frozen random walk) leaves the posterior invariant, and which one runs is
+    decided by the draws already made (``docs/algorithms.md``, RNS-HMC's trust watch).
 
     Examples
     --------
@@ -199,7 +214,7 @@ class GradientFreeRNSHMC(Sampler):
 
     def __init__(self, target, *, n_hidden="auto", surrogate=None, step_size=None,
                  n_steps="auto", jitter=True, delayed_acceptance=False, explore=None,
-                 share_surrogate=True, mass_matrix=None, inverse_mass_matrix=None,
+                 trust=True, share_surrogate=True, mass_matrix=None, inverse_mass_matrix=None,
                  target_accept=0.8, max_energy_error=1000.0, **deprecated):
         super().__init__(target)
         moved = moved_arguments(type(self).__name__, deprecated, MOVED)
@@ -227,10 +242,16 @@ class GradientFreeRNSHMC(Sampler):
                                 self.share_surrogate, PilotKernel(self.leapfrog, n_steps),
                                 step_cost=check_step_cost(surrogate.get("step_cost", "auto")),
                                 jitter=self.leapfrog.jitter)
+        if trust is True or trust is None:
+            trust = {}
+        self.trust = None if trust is False else TrustWatch(
+            **dict(TRUST_DEFAULTS, **check_group(trust, "trust", TRUST_KEYS)),
+            reference="surrogate")
         self.phases = {"exploration": exploration, "training": self.fit,
                        "sampling": SurrogateSampling(self.fit, self.leapfrog,
-                                                     self.delayed_acceptance,
-                                                     keep_gradients=False)}
+                                                     self.delayed_acceptance, trust=self.trust,
+                                                     keep_gradients=False,
+                                                     exact_kernel="metropolis")}
 
     def warm_parts(self, state):
         self.fit.warm(state)
@@ -279,6 +300,9 @@ class GradientFreeRNSHMC(Sampler):
         result["share_surrogate"] = self.share_surrogate
         result["surrogate_acceptance_rate"] = np.array(
             [s.parts["fit"].surrogate_acceptance_rate for s in states])
+        if self.trust is not None:
+            warn_about_trust_events(self.name, self.trust, result)
+            return
         warn_if_acceptance_collapsed(
             self.name, result.accepted, result.surrogate_acceptance_rate,
             "the acceptance the surrogate's dynamics reach on the surrogate itself",

@@ -383,20 +383,23 @@ def check_step_cost(surrogate_step_cost):
 
 def warn_about_trust_events(name, trust, result):
     """One warning per chain whose surrogate was distrusted: what happened."""
+    exact = "exact HMC" if trust.reference == "exploration" else "adaptive Metropolis"
+    against = ("in exploration" if trust.reference == "exploration"
+               else "on the surrogate itself")
     for chain, events in enumerate(result["trust_events"]):
         if not events:
             continue
         first = events[0]
-        what = (f"refitted {result.n_refits[chain]} time(s) (after exact-HMC stretches of "
+        what = (f"refitted {result.n_refits[chain]} time(s) (after {exact} stretches of "
                 f"{trust.refit_iterations} iterations, with more hidden units)")
         if result.fallback[chain]:
-            what += (f"{' and then' if result.n_refits[chain] else ''} replaced by exact "
-                     f"HMC from draw {events[-1]['iteration']} on")
+            what += (f"{' and then' if result.n_refits[chain] else ''} replaced by {exact} "
+                     f"from draw {events[-1]['iteration']} on")
         warnings.warn(
             f"{name} chain {chain}: the surrogate was poor where the chain went "
             f"(acceptance {first['window_acceptance']:.2f} over draws "
             f"{first['iteration'] - trust.window}-{first['iteration'] - 1}, against "
-            f"{first['exploration_acceptance']:.2f} in exploration); it was {what}. "
+            f"{first[trust.reference + '_acceptance']:.2f} {against}); it was {what}. "
             f"{result.exact_dynamics[chain].mean():.0%} of the draws used exact dynamics; "
             "the chain is exact either way (result['trust_events'] has the details).",
             RuntimeWarning, stacklevel=user_stacklevel())

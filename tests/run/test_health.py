@@ -25,6 +25,7 @@ def test_a_healthy_run_gives_no_warning():
     assert messages == [] and result.health["problems"] == []
     assert result.health["rhat_max"] < 1.01 and result.health["ess_bulk_min"] > 400
     assert result.health["n_divergent"] == 0
+    assert result.converged is True and result.convergence_problems == []
 
 
 def test_chains_in_different_modes_fail_rhat():
@@ -35,6 +36,7 @@ def test_chains_in_different_modes_fail_rhat():
                                         chains=2, rng=1, init=init)
     assert result.health["rhat_max"] > 1.5
     assert len(messages) == 1 and "R-hat above 1.01" in messages[0]
+    assert not result.converged and result.convergence_problems[0].startswith("R-hat ")
 
 
 def test_too_few_effective_draws_fail_the_ess_checks():
@@ -44,6 +46,8 @@ def test_too_few_effective_draws_fail_the_ess_checks():
                                         draws=400, tune=0, chains=2, rng=2)
     assert result.health["ess_bulk_min"] < 200
     assert len(messages) == 1 and "bulk ESS" in messages[0] and "tail ESS" in messages[0]
+    assert not result.converged
+    assert [p.split()[0] for p in result.convergence_problems if "ESS" in p] == ["bulk", "tail"]
 
 
 def test_divergences_are_counted_and_warned():
@@ -54,6 +58,7 @@ def test_divergences_are_counted_and_warned():
     n = int(result.diverging.sum())
     assert n > 0 and result.health["n_divergent"] == n
     assert any(f"{n} divergent transitions" in m for m in messages)
+    assert not any("diverg" in p for p in result.convergence_problems)  # (not a convergence check)
 
 
 def test_health_checks_survive_saving(tmp_path):
@@ -65,6 +70,19 @@ def test_health_checks_survive_saving(tmp_path):
     again = rnshmc.load(path)
     assert again.health["problems"] == result.health["problems"]
     assert again.health["rhat_max"] == result.health["rhat_max"]
+    assert again.converged == result.converged is False  # (30 draws: too few ESS)
+    assert again.convergence_problems == result.convergence_problems
+
+
+def test_a_chain_that_never_moves_or_a_short_run_has_not_converged():
+    model = Gaussian(np.zeros(2), covariance=np.eye(2))
+    # chain 1's step is so long that every proposal is rejected
+    result, _ = sample_recording(rnshmc.HMC(model, step_size=[0.5, 1e3], n_steps=3),
+                                 draws=400, tune=0, chains=2, rng=5)
+    assert not result.accepted[1].any() and not result.converged
+    assert "chains [1] never moved" in result.convergence_problems
+    short, _ = sample_recording(rnshmc.HMC(model, n_steps=3), draws=5, tune=20, chains=2, rng=5)
+    assert short.convergence_problems == ["too few draws (5 per chain) to tell"]
 
 
 def test_too_short_runs_are_not_checked():

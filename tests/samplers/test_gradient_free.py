@@ -200,8 +200,24 @@ def test_stopped_and_continued_equals_uninterrupted(stops, share, tmp_path):
     stop."""
     rns = rnshmc.GradientFreeRNSHMC(without_gradient(gaussian_5d()), n_hidden=60,
                                     share_surrogate=share)
-    kwargs = dict(draws=300, tune=400, chains=2, rng=5)
+    assert_stopped_and_continued(rns, dict(draws=300, tune=400, chains=2, rng=5), stops,
+                                 tmp_path)
+
+
+@pytest.mark.parametrize("stops", [[449, 450], [451, 649, 650], [700, 851]])
+def test_stopped_and_continued_in_the_trust_watch_equals_uninterrupted(stops, tmp_path):
+    """A useless surrogate (3 units): the watch distrusts it after 50 draws (iteration 450),
+    runs the random walk to 650, refits, and so on; stopped at and around those points."""
+    rns = rnshmc.GradientFreeRNSHMC(without_gradient(gaussian_5d()), n_hidden=3)
+    assert_stopped_and_continued(rns, dict(draws=600, tune=400, chains=2, rng=5), stops,
+                                 tmp_path, refits=True)
+
+
+def assert_stopped_and_continued(rns, kwargs, stops, tmp_path, refits=False):
+    """Stopped after each of ``stops`` iterations (the states saved and loaded at each), the
+    run ends where the uninterrupted one does."""
     full = quiet_sample(rns, **kwargs)
+    assert np.any(full.n_refits) == refits
     states = rns.init_states(**kwargs)
     total = sum(n for _, n in states[0].phases)
     for k, stop in enumerate(stops + [total]):
@@ -262,6 +278,32 @@ def test_ctrl_c_stops_the_c_loop_within_two_seconds(tmp_path):
 
 
 @pytest.mark.parametrize("seed", [0, 1])
+def test_a_useless_surrogate_falls_back_to_adaptive_metropolis(seed):
+    """Three hidden units: without the watch every chain is stuck (acceptance 0); with it,
+    each refits twice, then runs the exploration's random walk, frozen, to the end; warned
+    about, recorded, and the draws exact."""
+    model = gaussian_5d()
+    target = without_gradient(model)
+    stuck = quiet_sample(rnshmc.GradientFreeRNSHMC(target, n_hidden=3, trust=False),
+                         draws=200, chains=4, rng=seed)
+    assert np.all(stuck.acceptance_rate < 0.05) and not stuck.converged
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res = rnshmc.GradientFreeRNSHMC(target, n_hidden=3).sample(
+            12000, chains=4, rng=seed, progress=False, pool=None)
+    assert np.all(res.fallback) and np.all(res.n_refits == 2)
+    assert [e["action"] for e in res.trust_events[0]] == ["refit", "refit", "fallback"]
+    assert np.all(res.exact_dynamics[:, -1]) and res.exact_dynamics.mean() > 0.8
+    named = [str(w.message) for w in caught if "replaced by adaptive Metropolis" in
+             str(w.message)]
+    assert len(named) == 4 and "on the surrogate itself" in named[0]
+    assert np.all(res.acceptance_rate > 0.15) and res.converged, res.convergence_problems
+    np.testing.assert_array_equal(res.n_gradient_evals, 0)
+    check_mean(res.samples, model.mean, n_sigma=4.5)
+    check_covariance(res.samples, model.mean, model.covariance)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
 def test_exact_on_a_correlated_gaussian_from_densities_alone(seed):
     res = quiet_sample(rnshmc.GradientFreeRNSHMC(correlated_target(), n_hidden=100),
                        draws=1500, chains=4, rng=seed)
@@ -275,7 +317,7 @@ def test_exact_on_a_5d_gaussian(seed):
     model = gaussian_5d()
     res = quiet_sample(rnshmc.GradientFreeRNSHMC(without_gradient(model), n_hidden=200),
                        draws=1500, chains=4, rng=seed)
-    assert res.acceptance_rate.mean() > 0.6
+    assert res.acceptance_rate.mean() > 0.6 and not res.n_refits.any()  # (a quiet watch)
     check_mean(res.samples, model.mean, n_sigma=4.0)
     check_covariance(res.samples, model.mean, model.covariance)
     # power: a mean off by a fifth of a standard deviation is caught
@@ -285,11 +327,11 @@ def test_exact_on_a_5d_gaussian(seed):
 
 
 def test_a_poor_surrogate_is_still_exact_and_warned_about():
-    """Ten hidden units fit a 5-d Gaussian's potential poorly (misfit ~2.5): the sampling
-    acceptance falls from the surrogate's own ~0.9 to ~0.2, which is warned about; the draws
-    stay exact."""
+    """Ten hidden units fit a 5-d Gaussian's potential poorly (misfit ~2.5): without the trust
+    watch, the sampling acceptance falls from the surrogate's own ~0.9 to ~0.2, which is
+    warned about; the draws stay exact."""
     model = gaussian_5d()
-    rns = rnshmc.GradientFreeRNSHMC(without_gradient(model), n_hidden=10)
+    rns = rnshmc.GradientFreeRNSHMC(without_gradient(model), n_hidden=10, trust=False)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         res = rns.sample(4000, tune=500, chains=4, rng=2, progress=False)
