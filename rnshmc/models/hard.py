@@ -1,0 +1,110 @@
+"""Small posteriors that are hard for samplers with defaults: a Bayesian linear regression with
+strongly correlated coefficients, Neal's funnel, and a latent Gaussian-process Poisson
+regression (a funnel between its hyperparameters and its latent values). Python targets with
+analytic gradients; each knows what a converged run's draws must match (``reference``). Used
+by the robustness tests and ``benchmarks/bench_robust.py``.
+"""
+import numpy as np
+
+from ..targets import Target
+
+__all__ = ["correlated_regression", "neals_funnel", "gp_poisson", "hard_posteriors"]
+
+
+def correlated_regression(n=60, dim=8, correlation=0.995, noise=0.5, seed=0):
+    """Bayesian linear regression y = X beta + N(0, noise^2), beta ~ N(0, 10^2 I), whose
+    covariates share one factor (pairwise correlation about ``correlation``): the posterior is
+    a Gaussian with strongly correlated coefficients (condition number in the thousands).
+
+    Returns
+    -------
+    target : rnshmc.Target
+    reference : dict
+        The exact posterior ``mean`` and ``covariance``.
+    """
+    rng = np.random.default_rng(seed)
+    factor = rng.standard_normal((n, 1))
+    X = np.sqrt(correlation) * factor + np.sqrt(1 - correlation) * rng.standard_normal((n, dim))
+    y = X @ (1.0 + rng.standard_normal(dim)) + noise * rng.standard_normal(n)
+    precision = X.T @ X / noise**2 + np.eye(dim) / 100.0
+    covariance = np.linalg.inv(precision)
+    mean = covariance @ X.T @ y / noise**2
+
+    def logp_and_grad(beta):
+        residual = y - X @ beta
+        return (-0.5 * residual @ residual / noise**2 - 0.5 * beta @ beta / 100.0,
+                X.T @ residual / noise**2 - beta / 100.0)
+    return (Target(None, logp_and_grad=logp_and_grad, dim=dim),
+            dict(mean=mean, covariance=covariance))
+
+
+def neals_funnel(dim=10, scale=3.0):
+    """Neal's funnel: v ~ N(0, scale^2) and x_k | v ~ N(0, e^v), k = 1..dim-1 (Neal 2003).
+
+    Returns
+    -------
+    target : rnshmc.Target
+    reference : dict
+        The exact ``mean`` (zero) and the marginal standard deviation of v (``sd_v``).
+    """
+    def logp_and_grad(q):
+        v, x = q[0], q[1:]
+        with np.errstate(over="ignore"):
+            precision = np.exp(-v)
+        squares = float(x @ x)
+        gradient = np.empty_like(q)
+        gradient[0] = -v / scale**2 + 0.5 * squares * precision - 0.5 * (dim - 1)
+        gradient[1:] = -x * precision
+        return (-0.5 * v * v / scale**2 - 0.5 * squares * precision - 0.5 * (dim - 1) * v,
+                gradient)
+    return (Target(None, logp_and_grad=logp_and_grad, dim=dim),
+            dict(mean=np.zeros(dim), sd_v=scale))
+
+
+def gp_poisson(n=8, seed=0):
+    """Counts y_i ~ Poisson(exp(f_i)) at n points in [0, 1], f ~ GP(0, sigma^2 exp(-r^2 /
+    (2 l^2))) in the centred parametrisation; parameters (log sigma, log l, f_1..f_n) with
+    log sigma ~ N(0, 1) and log l ~ N(log 0.3, 0.5^2). With few counts the latent values
+    shrink towards zero as sigma does: a funnel.
+
+    Returns
+    -------
+    target : rnshmc.Target
+    reference : None
+        (No closed form: compare with a long exact-HMC run.)
+    """
+    rng = np.random.default_rng(seed)
+    x = np.linspace(0.0, 1.0, n)
+    y = rng.poisson(np.exp(1.0 + np.sin(2 * np.pi * x)))
+    squared = (x[:, None] - x[None, :]) ** 2
+    jitter = 1e-6 * np.eye(n)
+
+    def logp_and_grad(q):
+        log_sigma, log_l, f = q[0], q[1], q[2:]
+        shape = np.exp(-0.5 * squared * np.exp(-2 * log_l))
+        K = np.exp(2 * log_sigma) * shape + jitter
+        try:
+            factor = np.linalg.cholesky(K)
+        except np.linalg.LinAlgError:
+            return -np.inf, np.zeros_like(q)
+        alpha = np.linalg.solve(K, f)
+        K_inverse = np.linalg.inv(K)
+        with np.errstate(over="ignore"):
+            rate = np.exp(f)
+        logp = (y @ f - rate.sum() - 0.5 * f @ alpha - np.log(np.diag(factor)).sum()
+                - 0.5 * log_sigma**2 - 0.5 * ((log_l - np.log(0.3)) / 0.5) ** 2)
+        gradient = np.empty_like(q)
+        for k, dK in enumerate((2 * (K - jitter),
+                                (K - jitter) * squared * np.exp(-2 * log_l))):
+            gradient[k] = 0.5 * alpha @ dK @ alpha - 0.5 * np.sum(K_inverse * dK)
+        gradient[0] -= log_sigma
+        gradient[1] -= (log_l - np.log(0.3)) / 0.25
+        gradient[2:] = y - rate - alpha
+        return logp, gradient
+    return Target(None, logp_and_grad=logp_and_grad, dim=n + 2), None
+
+
+def hard_posteriors():
+    """Name -> (target, reference) of the three posteriors above, at their defaults."""
+    return {"correlated regression": correlated_regression(), "Neal's funnel": neals_funnel(),
+            "GP Poisson": gp_poisson()}

@@ -1,0 +1,76 @@
+"""The hard posteriors of ``rnshmc.models.hard``: their gradients against finite differences,
+and every surrogate sampler with its defaults ending converged and within Monte Carlo error of
+the closed-form posterior (the correlated regression), or with its fallback recorded and then
+within error."""
+import warnings
+
+import numpy as np
+import pytest
+
+import rnshmc
+from rnshmc.models import correlated_regression, gp_poisson, neals_funnel
+from testkit import check_covariance, check_mean
+
+
+@pytest.mark.parametrize("make", [correlated_regression, neals_funnel, gp_poisson])
+def test_gradients_match_finite_differences(make):
+    target, _ = make()
+    rng = np.random.default_rng(3)
+    # (about where the posteriors are: the GP's latent values are smooth log-rates near 1;
+    # rough ones make its prior term ill-conditioned, and differences inaccurate)
+    for _ in range(3):
+        q = 0.5 * rng.standard_normal(target.dim)
+        if make is gp_poisson:
+            q[1] += np.log(0.3)
+            q[2:] = 1.0 + 0.3 * np.sin(2 * np.pi * np.linspace(0, 1, target.dim - 2)
+                                       + rng.uniform(0, 2 * np.pi))
+        logp, gradient = target.log_density_gradient(q)
+        h = 1e-6 * max(1.0, np.abs(q).max())
+        numeric = [(target.log_density_gradient(q + h * e)[0]
+                    - target.log_density_gradient(q - h * e)[0]) / (2 * h)
+                   for e in np.eye(target.dim)]
+        np.testing.assert_allclose(gradient, numeric, rtol=1e-5,
+                                   atol=1e-6 * max(1.0, abs(logp)))
+
+
+def test_the_regression_is_hard_and_its_reference_is_its_posterior():
+    target, reference = correlated_regression()
+    assert np.linalg.cond(reference["covariance"]) > 1000
+    # the closed form is the density's mode and inverse Hessian
+    _, gradient = target.log_density_gradient(reference["mean"])
+    np.testing.assert_allclose(gradient, 0.0, atol=1e-8)
+
+
+def values_only(target):
+    return rnshmc.Target(lambda q: target.log_density_gradient(q)[0], dim=target.dim)
+
+
+SAMPLERS = {"RNSHMC": lambda t: rnshmc.RNSHMC(t), "ARNSHMC": lambda t: rnshmc.ARNSHMC(t),
+            "GradientFreeRNSHMC": lambda t: rnshmc.GradientFreeRNSHMC(values_only(t))}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("name", list(SAMPLERS))
+def test_surrogate_samplers_end_converged_or_fall_back_on_the_correlated_regression(name,
+                                                                                      seed):
+    target, reference = correlated_regression()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = SAMPLERS[name](target).sample(2000, chains=4, rng=seed, progress=False)
+    assert result.converged or np.any(result.fallback), result.convergence_problems
+    if result.converged:
+        check_mean(result.samples, reference["mean"])
+        check_covariance(result.samples, reference["mean"], reference["covariance"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_front_door_converges_on_the_correlated_regression(seed):
+    target, reference = correlated_regression()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = rnshmc.sample(target, rng=seed, progress=False, max_evals=10**6)
+    assert result.converged, result.convergence_problems
+    check_mean(result.samples, reference["mean"])
+    check_covariance(result.samples, reference["mean"], reference["covariance"])
