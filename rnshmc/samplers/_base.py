@@ -175,8 +175,9 @@ class Sampler:
             keys (see its docstring).
 
             On Ctrl-C every chain stops after its current transition (within about a
-            second; a Python model's evaluation under way is abandoned) and the draws made so
-            far are returned: the chains that have sampling draws, cut to the shortest one's,
+            second, or a trajectory's evaluations of a Python model; a second Ctrl-C stops at
+            once, abandoning the transition under way) and the draws made so far are
+            returned: the chains that have sampling draws, cut to the shortest one's,
             with ``interrupted=True`` and a warning; with ``checkpoint``, they are saved there
             too and ``rnshmc.resume`` continues the run. Interrupted before any chain's
             sampling phase has a draw, the KeyboardInterrupt is raised (after the

@@ -27,6 +27,11 @@ __all__ = ["L2HMC"]
 _INIT_FACTORS = {"Wa": 1.0 / 3.0, "Wb": 1.0 / 3.0, "Wt": 1.0 / 3.0, "W2": 1.0,
                  "WS": 0.001, "WQ": 0.001, "WT": 0.001}
 _FORMAT = "rnshmc.L2HMC/1"
+# training collapse (the chains' acceptance over a chunk of iterations) and recovery: see
+# L2HMC.history; and the acceptance under which the trained weights are refused for sampling
+COLLAPSED_ACCEPTANCE = 0.01
+HEALTHY_ACCEPTANCE = 0.1
+MAX_RECOVERIES = 3
 
 
 class L2HMC(Sampler):
@@ -87,7 +92,11 @@ class L2HMC(Sampler):
     masks : ndarray of shape (n_steps, dim) or None
     history : dict of ndarrays
         Per training iteration: ``loss``, ``acceptance`` (mean over the training chains),
-        ``step_size``, ``temperature``.
+        ``step_size``, ``temperature``; and ``recovered_at``, the iterations where training
+        collapsed (a chunk of iterations, a hundredth of a call's, accepting under
+        ``COLLAPSED_ACCEPTANCE``) and the best weights so far (the lowest mean loss of a chunk
+        accepting at least ``HEALTHY_ACCEPTANCE``), their Adam moments and chains were
+        restored, at half the learning rate (at most ``MAX_RECOVERIES`` times a call).
     training_evals : dict
         What training has cost so far: the training target's ``gradient`` evaluations (with
         its potential where needed), ``hessian_vector`` products (two more gradients each
@@ -145,7 +154,7 @@ class L2HMC(Sampler):
         size = parameter_layout(dim, self.n_hidden)["size"]
         self._adam = (np.zeros(size), np.zeros(size), 0)
         self.history = {key: np.empty(0) for key in ("loss", "acceptance", "step_size",
-                                                     "temperature")}
+                                                     "temperature", "recovered_at")}
         # the training target's evaluations over all train() calls
         self.training_evals = {"gradient": 0, "hessian_vector": 0, "seconds": 0.0}
 
@@ -296,6 +305,8 @@ class L2HMC(Sampler):
         started = time.perf_counter()
         bar = Progress(progress, n_iterations, "L2HMC training")
         done = skipped = 0
+        best = None  # (mean loss, weights, Adam moments, chains) of the best healthy chunk
+        recoveries = []
         try:
             while done < n_iterations:
                 n = min(chunk, n_iterations - done)
@@ -307,6 +318,18 @@ class L2HMC(Sampler):
                 step += n
                 step_sizes[part] = self.step_size
                 done += n
+                rate, loss = float(acceptance[part].mean()), float(losses[part].mean())
+                if rate >= HEALTHY_ACCEPTANCE and (best is None or loss < best[0]):
+                    best = (loss, self.parameters.copy(), m.copy(), v.copy(), z.copy())
+                elif (rate < COLLAPSED_ACCEPTANCE and best is not None
+                      and len(recoveries) < MAX_RECOVERIES):
+                    # collapsed: back to the best weights (the step size among them), their
+                    # Adam moments and chains, at half the learning rate
+                    for array, saved in zip((self.parameters, m, v, z), best[1:]):
+                        array[...] = saved
+                    learning_rate /= 2
+                    recoveries.append(dict(iteration=done, acceptance=rate,
+                                           learning_rate=learning_rate))
                 self._adam = (m, v, step)
                 bar.update(n, loss=f"{losses[done - 1]:.3g}",
                            accept=f"{acceptance[done - 1]:.2f}")
@@ -318,8 +341,18 @@ class L2HMC(Sampler):
             for key, values in (("loss", losses), ("acceptance", acceptance),
                                 ("step_size", step_sizes), ("temperature", temperatures)):
                 self.history[key] = np.concatenate([self.history[key], values[:done]])
+        self.history["recovered_at"] = np.concatenate([
+            self.history.get("recovered_at", np.empty(0)),
+            [len(self.history["loss"]) - done + r["iteration"] for r in recoveries]])
+        if recoveries:
+            warnings.warn(f"L2HMC training collapsed {len(recoveries)} time(s) (the training "
+                          f"chains' acceptance fell under {COLLAPSED_ACCEPTANCE} at iterations "
+                          f"{[r['iteration'] for r in recoveries]}): each time the best weights "
+                          "so far were restored and the learning rate halved (to "
+                          f"{learning_rate:.3g}; history['recovered_at'])",
+                          RuntimeWarning, stacklevel=user_stacklevel())
         recent = acceptance[max(0, done - max(10, done // 10)):done]
-        if done and recent.mean() < 0.01 and acceptance[:done].max() > 0.1:
+        if done and recent.mean() < COLLAPSED_ACCEPTANCE and acceptance[:done].max() > 0.1:
             warnings.warn("L2HMC training collapsed: the training chains' acceptance fell from "
                           f"{acceptance[:done].max():.2f} to {recent.mean():.3f} (a few long "
                           "jumps dominated the loss); the weights will hardly move a chain. "
@@ -421,7 +454,21 @@ class L2HMC(Sampler):
     # sampling: a burn-in of ``tune`` iterations (default 1000), then ``draws``
 
     def plan(self, draws, tune, chains, dim):
+        self._check_not_collapsed()
         return [["warmup", tune], ["sampling", draws]]
+
+    def _check_not_collapsed(self):
+        """Refuse weights whose training chains accepted almost nothing at the end of
+        training: they would hand back chains that never move."""
+        acceptance = self.history["acceptance"]
+        recent = acceptance[-max(10, len(acceptance) // 100):]
+        if recent.size and recent.mean() < COLLAPSED_ACCEPTANCE:
+            raise ValueError(
+                f"L2HMC: the trained weights accepted {recent.mean():.3f} of the training "
+                f"chains' proposals over the last {recent.size} training iterations (at most "
+                f"{acceptance.max():.2f} before): chains sampled with them would not move. "
+                "Train again with a lower learning_rate or burnin_weight, or standardize "
+                "(or initialize() afresh).")
 
     # the weights and masks and the standardisation are saved as "weights"; a surrogate as
     # its state

@@ -6,6 +6,8 @@ import warnings
 import numpy as np
 import pytest
 
+import rnshmc
+
 from rnshmc._kernels._chain import TRANSITION
 from rnshmc._kernels._l2hmc import AugmentedLeapfrog, parameter_layout
 from rnshmc._kernels._metrics import EuclideanMetric
@@ -536,3 +538,27 @@ def test_deprecated_names_warn_and_give_the_same_weights_and_draws():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", rnshmc.diagnostics.SamplingWarning)  # (50 draws)
         np.testing.assert_array_equal(old.sample(**draws).samples, new.sample(**draws).samples)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_collapsing_training_is_recovered_and_dead_weights_are_refused(seed, monkeypatch):
+    """A 10-d Gaussian with variances 1e-2..1e2 from N(0, I) at a learning rate of 1e-2: the
+    training chains' acceptance collapses to zero; the best weights so far are restored at
+    half the rate, and training ends with chains that move. Without the recovery the
+    collapsed weights are refused for sampling, saying why."""
+    import rnshmc.samplers.l2hmc as l2hmc_module
+    model = rnshmc.models.ill_conditioned_gaussian(10)
+    l2hmc = rnshmc.L2HMC(model, n_steps=5)
+    with pytest.warns(RuntimeWarning, match=r"L2HMC training collapsed \d time\(s\)"):
+        l2hmc.train(300, chains=20, rng=seed, progress=False, learning_rate=1e-2)
+    assert l2hmc.history["recovered_at"].size >= 1
+    assert l2hmc.history["acceptance"][-10:].mean() > 0.05
+    l2hmc.plan(10, 10, 1, 10)  # (accepted for sampling)
+    monkeypatch.setattr(l2hmc_module, "MAX_RECOVERIES", 0)
+    dead = rnshmc.L2HMC(model, n_steps=5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dead.train(300, chains=20, rng=1, progress=False, learning_rate=1e-2)
+    assert dead.history["recovered_at"].size == 0
+    with pytest.raises(ValueError, match="trained weights accepted 0.00.* would not move"):
+        dead.sample(100, tune=10, chains=2, rng=0, progress=False)
