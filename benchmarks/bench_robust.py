@@ -20,20 +20,17 @@ import numpy as np
 
 import rnshmc
 from rnshmc.models import hard_posteriors
+from rnshmc.targets import without_gradient
 
 SAMPLERS = {
     "HMC": lambda t: rnshmc.HMC(t),
     "RNSHMC": lambda t: rnshmc.RNSHMC(t),
     "ARNSHMC": lambda t: rnshmc.ARNSHMC(t),
     "RNSRMHMC": lambda t: rnshmc.RNSRMHMC(t),
-    "GradientFreeRNSHMC": lambda t: rnshmc.GradientFreeRNSHMC(values_only(t)),
-    "AdaptiveMetropolis": lambda t: rnshmc.AdaptiveMetropolis(values_only(t)),
+    "GradientFreeRNSHMC": lambda t: rnshmc.GradientFreeRNSHMC(without_gradient(t)),
+    "AdaptiveMetropolis": lambda t: rnshmc.AdaptiveMetropolis(without_gradient(t)),
     "rnshmc.sample": None,
 }
-
-
-def values_only(target):
-    return rnshmc.Target(lambda q: target.log_density_gradient(q)[0], dim=target.dim)
 
 
 def reference_moments(target, reference):
@@ -88,7 +85,8 @@ def main():
                 z = np.max(np.abs(result.samples.reshape(-1, target.dim).mean(axis=0) - mean)
                            / sd)
                 refits = int(np.sum(result.get("n_refits", 0)))
-                print(f"{title:22s} {result.sampler:19s} {seed:4d} {str(result.converged):>5s} "
+                label = f"sample: {result.sampler}" if name == "rnshmc.sample" else result.sampler
+                print(f"{title:22s} {label:19s} {seed:4d} {str(result.converged):>5s} "
                       f"{refits:6d} {str(fallback):>6s} {result.cost['model_evals']:8d} "
                       f"{health['ess_bulk_min']:8.0f} {health['rhat_max']:7.3f} {z:7.2f} "
                       f"{result.acceptance_rate.mean():6.2f} {seconds:7.1f}", flush=True)

@@ -9,6 +9,7 @@ import pytest
 
 import rnshmc
 from rnshmc.models import correlated_regression, gp_poisson, neals_funnel
+from rnshmc.targets import without_gradient
 from testkit import check_covariance, check_mean
 
 
@@ -41,12 +42,8 @@ def test_the_regression_is_hard_and_its_reference_is_its_posterior():
     np.testing.assert_allclose(gradient, 0.0, atol=1e-8)
 
 
-def values_only(target):
-    return rnshmc.Target(lambda q: target.log_density_gradient(q)[0], dim=target.dim)
-
-
 SAMPLERS = {"RNSHMC": lambda t: rnshmc.RNSHMC(t), "ARNSHMC": lambda t: rnshmc.ARNSHMC(t),
-            "GradientFreeRNSHMC": lambda t: rnshmc.GradientFreeRNSHMC(values_only(t))}
+            "GradientFreeRNSHMC": lambda t: rnshmc.GradientFreeRNSHMC(without_gradient(t))}
 
 
 @pytest.mark.slow
@@ -62,15 +59,3 @@ def test_surrogate_samplers_end_converged_or_fall_back_on_the_correlated_regress
     if result.converged:
         check_mean(result.samples, reference["mean"])
         check_covariance(result.samples, reference["mean"], reference["covariance"])
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("seed", [0, 1])
-def test_the_front_door_converges_on_the_correlated_regression(seed):
-    target, reference = correlated_regression()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        result = rnshmc.sample(target, rng=seed, progress=False, max_evals=10**6)
-    assert result.converged, result.convergence_problems
-    check_mean(result.samples, reference["mean"])
-    check_covariance(result.samples, reference["mean"], reference["covariance"])
