@@ -735,13 +735,20 @@ class MetropolisExploration(TrainingWindow, MetropolisPhase):
             return history["samples"][window], U, None
         # all of the exploration's by default: the cap below leaves out its burn-in's far-out
         # points (a few huge values would dominate the least-squares fit)
-        rows = history["proposals"][window if self.n_train is not None else slice(None)]
-        rows = rows[rows[:, -1] <= 2 * np.max(U) - np.min(U)]  # NaN (not finite) fails too
+        rows = evaluated_rows(history["proposals"][window if self.n_train is not None
+                                                   else slice(None)], U)
         return rows[:, :-1], rows[:, -1], None
 
     def report(self, result, states):
         result["proposal_covariance"] = np.array([s.parts["proposal"].covariance for s in states])
         result["proposal_scale"] = np.array([s.parts["proposal"].scale for s in states])
+
+
+def evaluated_rows(proposals, U):
+    """The rows (proposal, its potential) of a random walk's evaluated proposals that a
+    values-only fit takes: finite, and at most the highest of the states' potentials ``U``
+    plus their range (a few far-out values would dominate the least-squares fit)."""
+    return proposals[proposals[:, -1] <= 2 * np.max(U) - np.min(U)]  # (NaN fails too)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1581,8 +1588,7 @@ class SurrogateSampling(Phase):
         misfit = old.predict(Q[newest]) - U[newest]
         Q0, U0, G0 = self.fit.exploration.training_rows(state)
         if self.exact_kernel == "metropolis":
-            rows = outputs["proposals"][:t][exact]
-            rows = rows[rows[:, -1] <= 2 * np.max(U) - np.min(U)]  # (as the exploration's)
+            rows = evaluated_rows(outputs["proposals"][:t][exact], U)
             Q, U, G = rows[:, :-1], rows[:, -1], None
         else:
             G = np.vstack([G0, outputs["gradients"][:t][exact]])
