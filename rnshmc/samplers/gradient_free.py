@@ -8,10 +8,10 @@ import numpy as np
 from ..validation import check_group, check_real, moved_arguments
 from ._base import Sampler
 from ._phases import (LeapfrogSettings, MetropolisExploration, MetropolisPhase, PilotKernel,
-                      SurrogateFit, SurrogateSampling, SurrogateSettings, TrustWatch)
+                      SurrogateFit, SurrogateSampling, SurrogateSettings)
 from ._result import warn_if_acceptance_collapsed
-from .rns import (NETWORK_KEYS, TRUST_KEYS, check_n_steps, check_step_cost, earlier_tune,
-                  surrogate_group, warn_about_trust_events)
+from .rns import (NETWORK_KEYS, check_n_steps, check_step_cost, earlier_tune,
+                  surrogate_group, trust_watch, warn_about_trust_events)
 
 __all__ = ["GradientFreeRNSHMC", "AdaptiveMetropolis"]
 
@@ -242,11 +242,7 @@ class GradientFreeRNSHMC(Sampler):
                                 self.share_surrogate, PilotKernel(self.leapfrog, n_steps),
                                 step_cost=check_step_cost(surrogate.get("step_cost", "auto")),
                                 jitter=self.leapfrog.jitter)
-        if trust is True or trust is None:
-            trust = {}
-        self.trust = None if trust is False else TrustWatch(
-            **dict(TRUST_DEFAULTS, **check_group(trust, "trust", TRUST_KEYS)),
-            reference="surrogate")
+        self.trust = trust_watch(trust, reference="surrogate", **TRUST_DEFAULTS)
         self.phases = {"exploration": exploration, "training": self.fit,
                        "sampling": SurrogateSampling(self.fit, self.leapfrog,
                                                      self.delayed_acceptance, trust=self.trust,

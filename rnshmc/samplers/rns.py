@@ -227,14 +227,6 @@ class RNSHMC(Sampler):
         surrogate = surrogate_group(surrogate, moved.get("surrogate"))
         n_hidden = surrogate.pop("n_hidden", n_hidden)
         explore = dict(check_group(explore, "explore", EXPLORE_KEYS), **moved.get("explore", {}))
-        if trust is True or trust is None:
-            trust = {}
-        elif trust is not False:
-            trust = check_group(trust, "trust", TRUST_KEYS)
-        if "ratio" in moved.get("trust", {}) and moved["trust"]["ratio"] is None:
-            trust = False  # (trust_ratio=None turned the watch off)
-        elif trust is not False:
-            trust = dict(trust, **moved.get("trust", {}))
         self.leapfrog = LeapfrogSettings(
             explore.get("step_size", step_size), explore.get("n_steps", 5),
             explore.get("jitter", jitter), explore.get("mass_matrix"),
@@ -244,7 +236,7 @@ class RNSHMC(Sampler):
                                    else check_per_chain_real(step_size, "step_size"))
         self.jitter = bool(jitter)
         self.surrogate_settings = SurrogateSettings.from_group(n_hidden, surrogate)
-        self.trust = None if trust is False else TrustWatch(**trust)
+        self.trust = trust_watch(trust, moved.get("trust"))
         self.delayed_acceptance = bool(delayed_acceptance)
         self.share_surrogate = bool(share_surrogate)
         self.exploration = HMCExploration(
@@ -372,6 +364,18 @@ def surrogate_group(surrogate, moved, keys=SURROGATE_KEYS):
     else:
         settings = check_group(surrogate, "surrogate", keys)
     return dict(settings, **(moved or {}))
+
+
+def trust_watch(trust, moved=None, reference="exploration", **defaults):
+    """The :class:`TrustWatch` of a sampler's ``trust`` argument (True or None: the defaults;
+    False: None, no watch; a dict: its ``TRUST_KEYS``), with the earlier keyword names
+    ``moved`` (``trust_ratio=None`` turned the watch off) over it, and the sampler's own
+    ``defaults`` and ``reference`` under it."""
+    moved = moved or {}
+    if trust is False or ("ratio" in moved and moved["ratio"] is None):
+        return None
+    given = {} if trust is True or trust is None else check_group(trust, "trust", TRUST_KEYS)
+    return TrustWatch(**{**defaults, **given, **moved}, reference=reference)
 
 
 def check_step_cost(surrogate_step_cost):
