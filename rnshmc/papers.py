@@ -411,7 +411,7 @@ def table1_samplers(model, problem, methods=("hmc", "rns-hmc"), delayed=False,
                       explore=dict(step_size=s["step_size"], n_steps=s["n_steps"], jitter=True),
                       softabs=softabs, **rm)
         samplers["RNS-RMHMC (papers)"] = RNSRMHMC(
-            model, surrogate=dict(ridge=s["ridge"], **PAPERS_SURROGATE), **common)
+            model, surrogate=dict(ridge=s["ridge"], **PAPERS_SURROGATE), trust=False, **common)
         samplers["RNS-RMHMC (rnshmc)"] = RNSRMHMC(model, surrogate=dict(ridge=s["ridge"]),
                                                   **common)
     return samplers

@@ -845,7 +845,20 @@ class FitState(PartState):
     surrogate_n_steps: int = 0
     exact_n_steps: int = 0
     surrogate_acceptance_rate: float = math.nan  # the pilot's (values-only fits)
+    softabs: float = 0.0  # a Hessian metric's SoftAbs sharpness (0: the Hessian as it is)
+    # the exploration's training window: its states' variances, and its mean squared jump
+    # scaled by them (the trust watch's reference for how far the chain moves)
+    jump_scale: Optional[np.ndarray] = None
+    exploration_jump: float = math.nan
     warm_start: bool = False  # carried over from an earlier run (see Sampler.warm_states)
+
+
+def mean_jump(samples, scale):
+    """The mean squared distance between consecutive ``samples``, each coordinate divided by
+    its ``scale`` (a variance): how far a chain moves per iteration."""
+    if len(samples) < 2:
+        return math.nan
+    return float(np.mean(np.sum(np.diff(samples, axis=0) ** 2 / scale, axis=1)))
 
 
 def exploration_covariance(exploration, states):
@@ -967,6 +980,10 @@ class SurrogateFit(Phase):
         fit = state.parts["fit"]
         fit.exploration_acceptance_rate = rate
         fit.explore_step_size = float(state.kernel["step_size"])
+        window = state.outputs[self.exploration.name]["samples"][self.exploration.window(state)]
+        variance = window.var(axis=0)
+        fit.jump_scale = np.where(variance > 0, variance, 1.0)
+        fit.exploration_jump = mean_jump(window, fit.jump_scale)
         state.parts["dynamics"] = DynamicsState()
         state.evals[self.name] = [0, 0]
         self.kernel(run, self, fit)
@@ -1090,16 +1107,71 @@ class PilotKernel:
         fit_state.surrogate_n_steps, fit_state.exact_n_steps = n_steps, 0
 
 
-class FixedKernel:
-    """The sampling kernel is given (RNS-RMHMC): ``n_steps`` steps; the exact stretches' L
-    chosen as :class:`ExplorationKernel` does (reported)."""
+class RiemannianKernel:
+    """The sampling kernel is given (RNS-RMHMC): ``n_steps`` steps of the generalized leapfrog
+    on the surrogate's Hessian metric, with its SoftAbs sharpness chosen for the fit
+    (:meth:`SurrogateMetric.choose_softabs`); the exact stretches' L chosen as
+    :class:`ExplorationKernel` does (reported)."""
 
-    def __init__(self, n_steps):
-        self.n_steps = n_steps
+    def __init__(self, metric):
+        self.metric = metric
 
     def __call__(self, run, fit, fit_state):
-        fit_state.surrogate_n_steps = self.n_steps
+        fit_state.surrogate_n_steps = self.metric.leapfrog.n_steps
         fit_state.exact_n_steps = fit.choose_n_steps(run, per="step")
+        Q, _, _ = fit.exploration.training_rows(run.state)
+        self.metric.choose_softabs(fit_state, fit.surrogate(run.state), Q)
+
+
+class SurrogateMetric:
+    """The generalized leapfrog on a surrogate's potential with its Hessian (or the Hessian's
+    diagonal) as the metric, and the exact test on the true density (RNS-RMHMC).
+
+    Parameters
+    ----------
+    kind : {"hessian", "diagonal"}
+    softabs : float or "auto"
+        SoftAbs sharpness alpha (0: the Hessian as it is). "auto": the Hessian as it is where
+        it is positive definite at every training state (at most ``CHECKED_STATES`` of them),
+        else SoftAbs with alpha the training states' largest variance, so that the metric's
+        smallest eigenvalue, 1/alpha, is their smallest precision. Chosen again at each refit.
+    solver : dict
+        ``GeneralizedLeapfrog``'s settings.
+    leapfrog : LeapfrogSettings
+        The step size (None: adapted), steps, jitter, target_accept and max_energy_error.
+    """
+
+    CHECKED_STATES = 200
+
+    def __init__(self, kind, softabs, solver, leapfrog):
+        self.kind, self.softabs, self.solver, self.leapfrog = kind, softabs, solver, leapfrog
+
+    def choose_softabs(self, fit_state, surrogate, Q):
+        """Set ``fit_state.softabs`` for ``surrogate`` fitted to the states ``Q``."""
+        if self.softabs != "auto":
+            fit_state.softabs = float(self.softabs)
+            return
+        Q = np.unique(Q, axis=0)
+        rows = Q[np.linspace(0, len(Q) - 1, min(len(Q), self.CHECKED_STATES)).astype(int)]
+        fit_state.softabs = 0.0 if all(map(self._positive_definite, (surrogate.hessian(q)
+                                                                      for q in rows))) \
+            else float(np.linalg.eigvalsh(np.atleast_2d(np.cov(Q, rowvar=False)))[-1])
+
+    def _positive_definite(self, hessian):
+        if self.kind == "diagonal":
+            return bool(np.all(np.diag(hessian) > 0))
+        try:
+            np.linalg.cholesky(hessian)
+        except np.linalg.LinAlgError:
+            return False
+        return True
+
+    def make_chain(self, run, surrogate):
+        """A chain on ``surrogate``'s dynamics with the chain's SoftAbs sharpness."""
+        metric = surrogate.hessian_metric(diagonal=self.kind == "diagonal",
+                                          softabs=run.state.parts["fit"].softabs)
+        return riemannian_chain(surrogate._ctarget, run.target, metric, run.state.dim,
+                                self.solver, self.leapfrog.max_energy_error)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1136,7 +1208,10 @@ class TrustWatch:
     exploration's random walk for a values-only sampler: see :class:`SurrogateSampling`),
     the surrogate is refitted with that stretch's evaluations and ``refit_growth`` times the
     hidden units, and the chain goes back to it; after ``max_refits`` refits, a distrust makes
-    the rest exact (fallback). See ``docs/algorithms.md`` (RNS-HMC) for why the chain stays
+    the rest exact (fallback). A window whose mean squared jump (each coordinate scaled by the
+    exploration's variance) is under ``jump_ratio`` times the exploration's distrusts it too:
+    a chain that accepts tiny moves (a step size adapted to a poor metric) is as stuck as one
+    that rejects. See ``docs/algorithms.md`` (RNS-HMC) for why the chain stays
     exact.
 
     The reference (``reference``) is the exploration's acceptance over its training window
@@ -1147,7 +1222,7 @@ class TrustWatch:
     REFERENCES = ("exploration", "surrogate")
 
     def __init__(self, ratio=0.5, window=50, max_refits=2, refit_iterations=200,
-                 refit_growth=2.0, reference="exploration"):
+                 refit_growth=2.0, reference="exploration", jump_ratio=0.1):
         if reference not in self.REFERENCES:
             raise ValueError(f"the trust watch's reference must be one of {self.REFERENCES}, "
                              f"got {reference!r}")
@@ -1158,6 +1233,8 @@ class TrustWatch:
         self.refit_iterations = check_integer(refit_iterations, "refit_iterations", minimum=1)
         self.refit_growth = check_real(refit_growth, "refit_growth", lower=1.0,
                                        lower_inclusive=True)
+        self.jump_ratio = check_real(jump_ratio, "jump_ratio", lower=0.0, upper=1.0,
+                                     lower_inclusive=True, upper_inclusive=True)
 
 
 @dataclasses.dataclass
@@ -1452,11 +1529,22 @@ class SurrogateSampling(Phase):
         Keep the dynamics gradient of every draw (an exact stretch's are a refit's data).
     jitter : bool or None
         Draw each trajectory's steps uniformly from {1, ..., L} (None: as the exploration).
+    exact_kernel : {"hmc", "metropolis"}
+        The exact stretches' and the fallback's kernel: exact HMC with the exploration's step
+        size and mass matrix, or the exploration's last adaptive Metropolis proposal, frozen.
+    metric : SurrogateMetric or None
+        The generalized leapfrog on the surrogate's Hessian metric (its own steps and jitter)
+        instead of the leapfrog on its gradient.
+    after_adaptation : bool
+        (with ``metric``) An adaptation phase came before: continue from its last state with
+        its step size, else from the exploration's with the metric's given step size.
     """
 
     def __init__(self, fit, leapfrog, delayed_acceptance=False, trust=None, online=None,
-                 keep_gradients=True, jitter=None, exact_kernel="hmc"):
+                 keep_gradients=True, jitter=None, exact_kernel="hmc", metric=None,
+                 after_adaptation=False):
         super().__init__("sampling")
+        self.metric, self.after_adaptation = metric, after_adaptation
         if exact_kernel not in ("hmc", "metropolis"):
             raise ValueError(f"exact_kernel must be 'hmc' or 'metropolis', got {exact_kernel!r}")
         self.fit, self.leapfrog, self.delayed_acceptance = fit, leapfrog, delayed_acceptance
@@ -1475,6 +1563,8 @@ class SurrogateSampling(Phase):
                 proposal = state.parts["proposal"]
                 return MetropolisChain(run.target, proposal.covariance, proposal.scale)
             return euclidean_chain(run.target, state, self.leapfrog.max_energy_error)
+        if self.metric is not None:
+            return self.metric.make_chain(run, self.fit.surrogate(state))
         return euclidean_chain(self.fit.surrogate(state)._ctarget, state,
                                self.leapfrog.max_energy_error, test=run.target,
                                delayed_acceptance=self.delayed_acceptance)
@@ -1484,10 +1574,19 @@ class SurrogateSampling(Phase):
         exact = run.state.parts["dynamics"].mode == "exact"
         if exact:  # (a random walk makes one step)
             return (fit.exact_n_steps if self.exact_kernel == "hmc" else 1), self.jitter
+        if self.metric is not None:
+            return self.metric.leapfrog.n_steps, self.metric.leapfrog.jitter
         return fit.surrogate_n_steps, self.jitter
 
     def begin(self, run, chain):
+        if self.after_adaptation:  # (its last state, evaluated there, and its step size)
+            chain.set_state(run.state.kernel, counters=False)
+            run.state.parts["fit"].sampling_step_size = chain.step_size
+            return
         start_on_surrogate(run, chain)
+        if self.metric is not None:
+            chain.step_size = self.metric.leapfrog.step_size_of(run.state.chain)
+            run.state.parts["fit"].sampling_step_size = chain.step_size
 
     def iterate(self, run, chain, budget):
         state = run.state
@@ -1561,11 +1660,16 @@ class SurrogateSampling(Phase):
         fit = state.parts["fit"]
         reference = (fit.surrogate_acceptance_rate if trust.reference == "surrogate"
                      else fit.exploration_acceptance_rate)
-        if rate >= trust.ratio * reference:
+        # (the jump from the window's previous draw included, if it was a sampling draw)
+        jump = (math.nan if fit.jump_scale is None else mean_jump(
+            state.outputs["sampling"]["samples"][max(t - trust.window - 1, 0):t],
+            fit.jump_scale))
+        if rate >= trust.ratio * reference and not jump < trust.jump_ratio * fit.exploration_jump:
             return False
         refit = dynamics.n_refits < trust.max_refits
         dynamics.events.append({
             "iteration": t, "window_acceptance": rate, f"{trust.reference}_acceptance": reference,
+            "window_jump": jump, "exploration_jump": fit.exploration_jump,
             "action": "refit" if refit else "fallback"})
         dynamics.exact_until = t + trust.refit_iterations if refit else None
         self.switch_dynamics(run, chain, "exact")
@@ -1595,6 +1699,8 @@ class SurrogateSampling(Phase):
         n_hidden = int(round(old.n_hidden * self.trust.refit_growth))
         surrogate = self.fit.fit(state, run.generator, np.vstack([Q0, Q]),
                                  np.concatenate([U0, U]), G, n_hidden)
+        if self.metric is not None:
+            self.metric.choose_softabs(state.parts["fit"], surrogate, np.vstack([Q0, Q]))
         dynamics.n_refits += 1
         dynamics.events[-1].update(
             misfit_before=float(np.sqrt(np.mean((misfit - misfit.mean()) ** 2))),
@@ -1699,66 +1805,34 @@ def surrogate_report(result, states):
                                    for events in result["trust_events"]])
 
 
-class RiemannianSurrogatePhase(Phase):
-    """The generalized leapfrog on a surrogate's potential and Hessian metric, with the exact
-    Metropolis test (RNS-RMHMC): its "adaptation" (dual averaging of the step size, unless
-    given) or its "sampling" phase.
+class RiemannianSurrogateAdaptation(Phase):
+    """RNS-RMHMC's "adaptation" phase: dual averaging of the generalized leapfrog's step size
+    on the surrogate's Hessian metric (:class:`SurrogateMetric`), from the exploration's last
+    state, with the exact test; its exact densities count to training."""
 
-    Parameters
-    ----------
-    name : {"adaptation", "sampling"}
-    fit : SurrogateFit
-    metric : {"hessian", "diagonal"}
-    softabs : float
-    solver : dict
-        ``GeneralizedLeapfrog``'s settings.
-    leapfrog : LeapfrogSettings
-        The step size (None: adapted), steps, jitter, target_accept and max_energy_error.
-    after_adaptation : bool
-        (sampling) whether an adaptation phase came before.
-    """
-
-    def __init__(self, name, fit, metric, softabs, solver, leapfrog, after_adaptation=False):
-        super().__init__(name)
-        self.fit, self.metric, self.softabs = fit, metric, softabs
-        self.solver, self.leapfrog, self.after_adaptation = solver, leapfrog, after_adaptation
-        self.adapt = name == "adaptation"
-        self.keep = ("samples", "records", "gradients") if name == "sampling" else ()
+    def __init__(self, fit, metric):
+        super().__init__("adaptation")
+        self.fit, self.metric, self.adapt = fit, metric, True
 
     def trajectory(self, run):
-        return self.leapfrog.n_steps, self.leapfrog.jitter
+        return self.metric.leapfrog.n_steps, self.metric.leapfrog.jitter
 
     def make_chain(self, run):
-        surrogate = RandomNetworkSurrogate.from_state(run.state.parts["fit"].surrogate)
-        metric = surrogate.hessian_metric(diagonal=self.metric == "diagonal",
-                                          softabs=self.softabs)
-        return riemannian_chain(surrogate._ctarget, run.target, metric, run.state.dim,
-                                self.solver, self.leapfrog.max_energy_error)
+        return self.metric.make_chain(run, self.fit.surrogate(run.state))
 
     def begin(self, run, chain):
-        if self.adapt:
-            start_on_surrogate(run, chain)
-            step_size = initial_step_size(chain, run.generator,
-                                          target_accept=self.leapfrog.target_accept)
-            chain.restart_step_size_adaptation(step_size, self.leapfrog.target_accept)
-        elif self.after_adaptation:
-            # continue from the adaptation's last state with its averaged step size
-            chain.set_state(run.state.kernel, counters=False)
-        else:
-            start_on_surrogate(run, chain)
-            chain.step_size = self.leapfrog.step_size_of(run.state.chain)
+        start_on_surrogate(run, chain)
+        target_accept = self.metric.leapfrog.target_accept
+        chain.restart_step_size_adaptation(
+            initial_step_size(chain, run.generator, target_accept=target_accept), target_accept)
 
     def adapts_step_size(self, run):
-        return self.adapt and self.leapfrog.step_size_of(run.state.chain) is None
+        return True
 
     def finish_adaptation(self, run, chain):
-        if self.adapts_step_size(run) and run.state.phase_length(self.name) > 0:
+        if run.state.phase_length(self.name) > 0:
             chain.step_size = chain.final_step_size
 
     def exact_evals(self, state):
         # (the dynamics' gradients and metrics are the surrogate's)
         return [(list(state.evals.get(self.name, [])) + [0])[0], 0, 0]
-
-    def report(self, result, states):
-        if self.name == "sampling":
-            surrogate_report(result, states)

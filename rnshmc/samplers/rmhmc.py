@@ -3,6 +3,8 @@ RNS-RMHMC: the generalized leapfrog on a random-network surrogate's potential an
 metric, with the exact Metropolis test (Zhang, Shahbaba and Zhao 2017; ``docs/algorithms.md``)."""
 import warnings
 
+import numpy as np
+
 from .._kernels._fem import GaussNewtonMetric
 from .._kernels._riemann import CallableMetric, LinearPredictorMetric
 from ..models import EllipticPDE, LogisticRegression
@@ -10,11 +12,12 @@ from ..targets import as_ctarget
 from ..validation import (check_group, check_integer, check_real, moved_arguments,
                           user_stacklevel)
 from ._base import Sampler, warn_unadapted
-from ._phases import (FixedKernel, HMCExploration, HMCPhase, LeapfrogSettings, RiemannianPhase,
-                      RiemannianSurrogatePhase, SurrogateFit, SurrogateSettings,
-                      riemannian_report)
+from ._phases import (HMCExploration, HMCPhase, LeapfrogSettings, RiemannianKernel,
+                      RiemannianPhase, RiemannianSurrogateAdaptation, SurrogateFit,
+                      SurrogateMetric, SurrogateSampling, SurrogateSettings, riemannian_report)
 from ._result import warn_if_acceptance_collapsed
-from .rns import EXPLORE_KEYS, NETWORK_KEYS, earlier_tune, surrogate_group
+from .rns import (EXPLORE_KEYS, NETWORK_KEYS, earlier_tune, surrogate_group, trust_watch,
+                  warn_about_trust_events)
 
 __all__ = ["RMHMC", "RNSRMHMC"]
 
@@ -27,9 +30,10 @@ MOVED = dict({key: ("surrogate", key) for key in SURROGATE_KEYS},
                                                   "adapt_mass_matrix")})
 
 
-def _check_solver_settings(fixed_point_tol, max_fixed_point_iterations, softabs):
-    """Validated (tol or None, iterations, softabs alpha or 0), warning about the papers'
-    unchecked fixed iterations."""
+def _check_solver_settings(fixed_point_tol, max_fixed_point_iterations, softabs,
+                           auto=False):
+    """Validated (tol or None, iterations, softabs alpha or 0, or "auto" where ``auto``),
+    warning about the papers' unchecked fixed iterations."""
     iterations = check_integer(max_fixed_point_iterations, "max_fixed_point_iterations", minimum=1)
     if fixed_point_tol is None:
         warnings.warn(
@@ -40,7 +44,8 @@ def _check_solver_settings(fixed_point_tol, max_fixed_point_iterations, softabs)
             UserWarning, stacklevel=user_stacklevel())
     else:
         fixed_point_tol = check_real(fixed_point_tol, "fixed_point_tol", lower=0.0)
-    softabs = 0.0 if softabs is None else check_real(softabs, "softabs", lower=0.0)
+    if not (auto and isinstance(softabs, str) and softabs == "auto"):
+        softabs = 0.0 if softabs is None else check_real(softabs, "softabs", lower=0.0)
     return fixed_point_tol, iterations, softabs
 
 
@@ -224,9 +229,14 @@ class RNSRMHMC(Sampler):
         The surrogate's full Hessian (the papers' choice for logistic regression) or its
         diagonal (their choice for the PDE). Additive nodes only (``nodes="additive"``, the
         default) with a softplus, sigmoid or tanh activation.
-    softabs : float or None
-        SoftAbs sharpness alpha (a surrogate Hessian need not be positive definite; without
-        SoftAbs a ValueError names the point where it is not).
+    softabs : float, "auto" or None
+        SoftAbs sharpness alpha: a surrogate's Hessian need not be positive definite. "auto"
+        (default): the Hessian as it is where it is positive definite at every training
+        state, else SoftAbs with alpha the training states' largest variance (the metric's
+        smallest eigenvalue is then their smallest precision); chosen again at each refit
+        (``result["softabs"]``). None: the Hessian as it is, as in the papers (a ValueError
+        names a starting point where it is not positive definite; trajectories that reach
+        such a point are rejected).
     step_size, n_steps, jitter
         Of the generalized leapfrog in the sampling phase (the papers' table gives these).
         ``step_size=None`` adapts it by dual averaging in ``n_adapt`` iterations on the
@@ -246,6 +256,12 @@ class RNSRMHMC(Sampler):
         As for :class:`~rnshmc.RNSHMC`: ``nodes`` (additive only), ``activation``, ``ridge``,
         ``weight_scale``, ``whiten``, ``gradient_weight``, ``n_train``; the training data
         are the exploration's states.
+    trust : dict or bool
+        The trust watch, as for :class:`~rnshmc.RNSHMC` (default True): a window of sampling
+        acceptance under ``ratio`` times the exploration's refits the surrogate after a
+        stretch of exact HMC (the exploration's step size and mass matrix; a general target
+        has no exact metric), and after ``max_refits`` refits the rest of the chain is exact
+        HMC (fallback), recorded in the result and warned about.
     target_accept, max_energy_error
         As for :class:`~rnshmc.HMC` (the step sizes are adapted to ``target_accept``).
 
@@ -259,20 +275,21 @@ class RNSRMHMC(Sampler):
     ----------
     DEFAULT_TUNE : int
         ``sample()``'s default ``tune`` (exploration iterations per chain): 1000.
-        RNS-RMHMC has no trust watch, and its metric, the surrogate's Hessian, needs a
-        surrogate fitted well around the posterior, so it keeps a longer exploration than
-        RNS-HMC's 200.
+        Its metric, the surrogate's Hessian, needs a surrogate fitted well around the
+        posterior, so it keeps a longer exploration than RNS-HMC's 200.
 
-    The result has the keys of :class:`~rnshmc.RNSHMC`'s and the implicit solver's of
-    :class:`rnshmc.RMHMC`'s, and ``metric``.
+    The result has the keys of :class:`~rnshmc.RNSHMC`'s (the trust watch's included) and
+    the implicit solver's of :class:`rnshmc.RMHMC`'s, ``metric``, and ``softabs`` (per
+    chain, the SoftAbs sharpness its last fit used; 0: the Hessian as it is).
     """
 
     name = "RNS-RMHMC"
 
-    def __init__(self, target, *, metric="hessian", softabs=None, n_hidden=1000,
+    def __init__(self, target, *, metric="hessian", softabs="auto", n_hidden=1000,
                  surrogate=None, step_size=None, n_steps=6, jitter=False, n_adapt=500,
                  explore=None, fixed_point_tol=1e-9, max_fixed_point_iterations=50,
-                 newton=False, target_accept=0.8, max_energy_error=1000.0, **deprecated):
+                 newton=False, trust=True, target_accept=0.8, max_energy_error=1000.0,
+                 **deprecated):
         super().__init__(target)
         moved = moved_arguments(type(self).__name__, deprecated, MOVED)
         surrogate = surrogate_group(surrogate, moved.get("surrogate"), SURROGATE_KEYS)
@@ -297,23 +314,22 @@ class RNSRMHMC(Sampler):
                                                   target_accept=target_accept,
                                                   max_energy_error=max_energy_error)
         tol, iterations, self.softabs = _check_solver_settings(
-            fixed_point_tol, max_fixed_point_iterations, softabs)
+            fixed_point_tol, max_fixed_point_iterations, softabs, auto=True)
         self.solver = dict(tol=tol, max_iterations=iterations, newton=bool(newton))
+        self.trust = trust_watch(trust)
         self.n_adapt = check_integer(n_adapt, "n_adapt", minimum=1)
         self.n_explore = earlier_tune(moved)
         settings = SurrogateSettings.from_group(n_hidden, surrogate)
         exploration = HMCExploration(self.leapfrog, surrogate.get("n_train"),
                                      training_data="states")
+        riemannian = SurrogateMetric(metric, self.softabs, self.solver, self.sampling_leapfrog)
         self.fit = SurrogateFit(self.name, exploration, settings, share=False,
-                                kernel=FixedKernel(self.sampling_leapfrog.n_steps),
-                                jitter=self.leapfrog.jitter)
-        adapting = self.sampling_leapfrog.step_size is None
-        riemannian = dict(fit=self.fit, metric=metric, softabs=self.softabs,
-                          solver=self.solver, leapfrog=self.sampling_leapfrog)
+                                kernel=RiemannianKernel(riemannian), jitter=self.leapfrog.jitter)
         self.phases = {"exploration": exploration, "training": self.fit,
-                       "adaptation": RiemannianSurrogatePhase("adaptation", **riemannian),
-                       "sampling": RiemannianSurrogatePhase("sampling", **riemannian,
-                                                            after_adaptation=adapting)}
+                       "adaptation": RiemannianSurrogateAdaptation(self.fit, riemannian),
+                       "sampling": SurrogateSampling(
+                           self.fit, self.leapfrog, trust=self.trust, metric=riemannian,
+                           after_adaptation=self.sampling_leapfrog.step_size is None)}
 
     def plan(self, draws, tune, chains, dim):
         n_explore = self.fit.exploration.length(tune if self.n_explore is None
@@ -328,9 +344,15 @@ class RNSRMHMC(Sampler):
     def report(self, result, states):
         result["delayed_acceptance"] = False
         result["share_surrogate"] = False
-        warn_if_acceptance_collapsed(
-            self.name, result.accepted, result.exploration_acceptance_rate,
-            "the exploration's acceptance", "Try more hidden units (n_hidden) or more "
-            "training points (a longer tune or n_train).")
+        if self.trust is None:
+            warn_if_acceptance_collapsed(
+                self.name, result.accepted, result.exploration_acceptance_rate,
+                "the exploration's acceptance", "The trust watch (trust=True, the default) "
+                "refits such a surrogate and falls back to exact HMC where it stays poor; "
+                "without it, more hidden units (n_hidden) or more training points (a longer "
+                "tune or n_train).")
+        else:
+            warn_about_trust_events(self.name, self.trust, result)
         result["metric"] = self.metric
+        result["softabs"] = np.array([s.parts["fit"].softabs for s in states])
         riemannian_report(result, states)

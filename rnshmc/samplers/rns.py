@@ -20,7 +20,8 @@ NETWORK_KEYS = ("nodes", "activation", "ridge", "weight_scale", "whiten")
 SURROGATE_KEYS = NETWORK_KEYS + ("gradient_weight", "n_train", "training_data", "step_cost")
 EXPLORE_KEYS = ("step_size", "n_steps", "jitter", "mass_matrix", "inverse_mass_matrix",
                 "adapt_mass_matrix", "target_accept")
-TRUST_KEYS = ("ratio", "window", "max_refits", "refit_iterations", "refit_growth")
+TRUST_KEYS = ("ratio", "window", "max_refits", "refit_iterations", "refit_growth",
+              "jump_ratio")
 # earlier keyword arguments: (their group, their new name)
 MOVED = dict({key: ("surrogate", key) for key in SURROGATE_KEYS if key != "step_cost"},
              surrogate_step_cost=("surrogate", "step_cost"), surrogate_n_steps=(None, "n_steps"),
@@ -127,7 +128,10 @@ class RNSHMC(Sampler):
         The trust watch (default True: on, with the defaults below). The surrogate is
         watched where the chain is: over every ``window`` (default 50) sampling iterations
         on the surrogate's dynamics, an acceptance rate under ``ratio`` (default 0.5) times
-        the exploration's (over its training window) distrusts it. The chain then runs
+        the exploration's (over its training window) distrusts it, and so does a window
+        whose mean squared jump, each coordinate scaled by the training window's variance, is
+        under ``jump_ratio`` (default 0.1) times the exploration's (a chain that accepts only
+        tiny moves). The chain then runs
         ``refit_iterations`` (default 200) iterations of exact HMC (kept draws; the
         exploration's step size and mass matrix, and the number of steps with the best
         predicted min ESS per exact gradient, ``exact_n_steps`` in the result), the
@@ -399,11 +403,14 @@ def warn_about_trust_events(name, trust, result):
         if result.fallback[chain]:
             what += (f"{' and then' if result.n_refits[chain] else ''} replaced by {exact} "
                      f"from draw {events[-1]['iteration']} on")
+        jump = first.get("window_jump", math.nan) / first.get("exploration_jump", math.nan)
+        moved = (f"; its moves {jump:.2g} times as long (squared) as the exploration's"
+                 if jump < trust.jump_ratio else "")
         warnings.warn(
             f"{name} chain {chain}: the surrogate was poor where the chain went "
             f"(acceptance {first['window_acceptance']:.2f} over draws "
             f"{first['iteration'] - trust.window}-{first['iteration'] - 1}, against "
-            f"{first[trust.reference + '_acceptance']:.2f} {against}); it was {what}. "
+            f"{first[trust.reference + '_acceptance']:.2f} {against}{moved}); it was {what}. "
             f"{result.exact_dynamics[chain].mean():.0%} of the draws used exact dynamics; "
             "the chain is exact either way (result['trust_events'] has the details).",
             RuntimeWarning, stacklevel=user_stacklevel())

@@ -97,20 +97,22 @@ def test_l2hmc_state_saved_and_continued_equals_uninterrupted(stops, tmp_path):
     assert_same_result(interrupted_run(l2, stops, tmp_path, **kwargs), full)
 
 
-@pytest.mark.parametrize("name", ["RNSHMC", "ARNSHMC"])
+@pytest.mark.parametrize("name", ["RNSHMC", "ARNSHMC", "RNSRMHMC"])
 def test_continued_across_refits_and_fallback_equals_uninterrupted(name, tmp_path):
     """Stops where the trust watch switches to exact dynamics, inside an exact stretch, at
     the refit that ends it, and after the last switch (RNS-HMC: the fallback)."""
+    riemannian = dict(n_adapt=40, n_steps=3) if name == "RNSRMHMC" else {}
     sampler = getattr(rnshmc, name)(
         correlated_gaussian(), n_hidden=8,
         surrogate=dict(n_train=50, gradient_weight=0.0, whiten=False), explore=dict(n_steps=5),
-        trust=dict(ratio=1.0, window=20, max_refits=1, refit_iterations=60))
+        trust=dict(ratio=1.0, window=20, max_refits=1, refit_iterations=60), **riemannian)
     kwargs = dict(draws=400, tune=200, chains=2, rng=5)
     with pytest.warns(RuntimeWarning, match="surrogate was poor"):
         full = sampler.sample(progress=False, **kwargs)
     events = full.trust_events[0]
     assert events[0]["action"] == "refit"
-    first, last = 200 + events[0]["iteration"], 200 + events[-1]["iteration"]
+    before = 200 + riemannian.get("n_adapt", 0)  # (the iterations before sampling)
+    first, last = before + events[0]["iteration"], before + events[-1]["iteration"]
     for stops in ([first], [first + 30, first + 60], [first + 59, first + 61, last + 5]):
         with pytest.warns(RuntimeWarning, match="surrogate was poor"):
             # ARNS-HMC's states hold the online estimator, not savable to .npz yet

@@ -346,6 +346,62 @@ def test_rns_rmhmc_is_exact_with_a_poor_surrogate(metric, seed):
     assert np.all(res.n_gradient_evals_sampling == 0)
 
 
+def test_softabs_auto_keeps_a_positive_definite_hessian_and_maps_an_indefinite_one():
+    """"auto": the surrogate's Hessian as it is where it is positive definite at the training
+    states (a Gaussian's), SoftAbs with alpha their largest variance where it is not (a
+    double well's, concave between its wells)."""
+    from rnshmc.samplers._phases import FitState, LeapfrogSettings, SurrogateMetric
+    rng = np.random.default_rng(0)
+    Q = rng.uniform(-2.0, 2.0, size=(300, 2)) * [1.0, 0.5]
+    wells = {"gaussian": (0.5 * (Q ** 2).sum(1), Q),
+             "double well": ((Q[:, 0] ** 2 - 1) ** 2 + 0.5 * Q[:, 1] ** 2,
+                             np.stack([4 * Q[:, 0] * (Q[:, 0] ** 2 - 1), Q[:, 1]], axis=1))}
+    for name, (U, G) in wells.items():
+        surrogate = rnshmc.RandomNetworkSurrogate(2, n_hidden=200, rng=1).fit(Q, U, G)
+        for kind in ("hessian", "diagonal"):
+            fit = FitState()
+            SurrogateMetric(kind, "auto", {}, LeapfrogSettings()).choose_softabs(fit, surrogate,
+                                                                               Q)
+            if name == "gaussian":
+                assert fit.softabs == 0.0
+            else:
+                assert fit.softabs == pytest.approx(np.linalg.eigvalsh(np.cov(Q.T))[-1])
+            fit = FitState()
+            SurrogateMetric(kind, 2.5, {}, LeapfrogSettings()).choose_softabs(fit, surrogate, Q)
+            assert fit.softabs == 2.5  # a given sharpness is kept
+
+
+@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow)])
+def test_an_indefinite_surrogate_hessian_gets_softabs_and_the_chain_stays_exact(seed):
+    """On the funnel the surrogate's Hessian is indefinite in the neck: with the defaults
+    (softabs="auto") RNS-RMHMC maps it with SoftAbs instead of stopping with an error, and
+    the draws keep the funnel's law within Monte Carlo error."""
+    res = RNSRMHMC(funnel_target(), n_hidden=200, n_adapt=200).sample(
+        2000, tune=500, chains=2, rng=seed, progress=False)
+    assert np.all(res["softabs"] > 0)
+    funnel_check(res)
+
+
+@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow)])
+def test_a_useless_surrogate_metric_is_refitted_then_replaced_and_the_draws_stay_exact(seed):
+    """3 units on a correlated 4-d Gaussian: the chain accepts most proposals but hardly
+    moves (its step size adapted to a poor metric). The trust watch sees the short jumps,
+    refits twice, falls back to exact HMC and says so; the draws stay exact."""
+    mean, cov, precision = gaussian_problem(seed, dim=4, condition=10.0)
+    sampler = RNSRMHMC(gaussian_target(mean, precision), n_hidden=3, surrogate=dict(n_train=60),
+                       n_adapt=100, n_steps=3, jitter=True)
+    with pytest.warns(RuntimeWarning, match="its moves .* times as long") as caught:
+        res = sampler.sample(3000, tune=300, chains=2, rng=seed, progress=False)
+    assert sum("replaced by exact HMC" in str(w.message) for w in caught) == 2
+    assert np.all(res.n_refits == 2) and np.all(res.fallback)
+    for events in res.trust_events:
+        assert events[0]["window_jump"] < 0.1 * events[0]["exploration_jump"]
+        assert [e["n_hidden"] for e in events[:2]] == [6, 12]
+    assert 0.5 < res.exact_dynamics.mean() < 1.0
+    check_mean(res.samples, mean)
+    check_covariance(res.samples, mean, cov)
+
+
 def test_rns_rmhmc_logistic_agrees_with_rmhmc():
     X, y, _ = rnshmc.datasets.simulated_logistic(n=150, dim=2, rng=7)
     model = rnshmc.models.LogisticRegression(X, y, prior_variance=4.0)
