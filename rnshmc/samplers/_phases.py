@@ -1236,6 +1236,21 @@ class TrustWatch:
         self.jump_ratio = check_real(jump_ratio, "jump_ratio", lower=0.0, upper=1.0,
                                      lower_inclusive=True, upper_inclusive=True)
 
+    def distrusts(self, outputs, t, reference, jump_scale=None, reference_jump=math.nan):
+        """The event (a dict) if the window of sampling draws before ``t`` in ``outputs`` is
+        poor: its acceptance under ``ratio`` times ``reference``, or its mean squared jump
+        (scaled by ``jump_scale``) under ``jump_ratio`` times ``reference_jump``; else None."""
+        rate = float(outputs["records"]["accepted"][t - self.window:t].mean())
+        # (the jump from the window's previous draw included, if it was a sampling draw)
+        jump = (math.nan if jump_scale is None else mean_jump(
+            outputs["samples"][max(t - self.window - 1, 0):t], jump_scale))
+        # (a reference that is not known, NaN, tests nothing)
+        if not (rate < self.ratio * reference or jump < self.jump_ratio * reference_jump):
+            return None
+        return {"iteration": t, "window_acceptance": rate,
+                f"{self.reference}_acceptance": reference, "window_jump": jump,
+                "exploration_jump": reference_jump}
+
 
 @dataclasses.dataclass
 class OnlineState(PartState):
@@ -1656,21 +1671,15 @@ class SurrogateSampling(Phase):
         trust = self.trust
         if trust is None or (t - dynamics.surrogate_since) % trust.window:
             return False
-        rate = float(state.outputs["sampling"]["records"]["accepted"][t - trust.window:t].mean())
         fit = state.parts["fit"]
         reference = (fit.surrogate_acceptance_rate if trust.reference == "surrogate"
                      else fit.exploration_acceptance_rate)
-        # (the jump from the window's previous draw included, if it was a sampling draw)
-        jump = (math.nan if fit.jump_scale is None else mean_jump(
-            state.outputs["sampling"]["samples"][max(t - trust.window - 1, 0):t],
-            fit.jump_scale))
-        if rate >= trust.ratio * reference and not jump < trust.jump_ratio * fit.exploration_jump:
+        event = trust.distrusts(state.outputs["sampling"], t, reference, fit.jump_scale,
+                                fit.exploration_jump)
+        if event is None:
             return False
         refit = dynamics.n_refits < trust.max_refits
-        dynamics.events.append({
-            "iteration": t, "window_acceptance": rate, f"{trust.reference}_acceptance": reference,
-            "window_jump": jump, "exploration_jump": fit.exploration_jump,
-            "action": "refit" if refit else "fallback"})
+        dynamics.events.append(dict(event, action="refit" if refit else "fallback"))
         dynamics.exact_until = t + trust.refit_iterations if refit else None
         self.switch_dynamics(run, chain, "exact")
         return True

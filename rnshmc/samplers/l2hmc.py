@@ -15,9 +15,10 @@ from ..surrogate import RandomNetworkSurrogate
 from ..targets import as_ctarget, target_dim
 from ..validation import check_integer, check_real, moved_arguments, user_stacklevel
 from ._base import Sampler
-from ._phases import Phase, start_where_finite
+from ._phases import (DynamicsState, FitState, Phase, euclidean_chain, mean_jump,
+                      sampling_evals, start_where_finite)
 from ._progress import Progress
-from .rns import RNSHMC
+from .rns import RNSHMC, trust_watch, warn_about_trust_events
 
 __all__ = ["L2HMC"]
 
@@ -32,6 +33,10 @@ _FORMAT = "rnshmc.L2HMC/1"
 COLLAPSED_ACCEPTANCE = 0.01
 HEALTHY_ACCEPTANCE = 0.1
 MAX_RECOVERIES = 3
+# the trust watch on a surrogate: no refits (the weights were trained on that surrogate)
+# (a window is compared with the training's acceptance on the surrogate itself, which the
+# test on the model does not reach even where the surrogate is good: a lower ratio)
+TRUST_DEFAULTS = dict(max_refits=0, ratio=1 / 3)
 
 
 class L2HMC(Sampler):
@@ -76,6 +81,15 @@ class L2HMC(Sampler):
         may fall without bound beyond it; trained on it without a wall, L2HMC learned to jump
         there (the surrogate promised acceptance 1) and on the authors' PDE every chain then
         stopped. The test is always on the model, so the chain stays exact. None: no wall.
+    trust : dict or bool
+        With a ``surrogate``: the trust watch of :class:`~rnshmc.RNSHMC` over the sampling
+        phase (default True). A window of ``window`` draws whose acceptance is under
+        ``ratio`` (here 1/3) times the training chains' final acceptance on the surrogate, or (after
+        :meth:`with_surrogate`) whose moves are under ``jump_ratio`` times the exploration's,
+        hands the rest of the chain to exact HMC (the initial ``step_size``, ``n_steps``
+        steps, jittered, in z), with a warning and ``fallback``, ``trust_events`` and
+        ``exact_dynamics`` in the result. No refits: the weights were trained on this
+        surrogate. False: no watch.
     standardize : None or (shift, scale), ndarrays of shape (dim,)
         Run the learned dynamics in z = (x - shift) / scale (as a diagonal mass matrix
         would; the constant Jacobian cancels in the test). Inputs (``init``) and outputs
@@ -116,7 +130,7 @@ class L2HMC(Sampler):
 
     def __init__(self, target, *, n_steps=10, n_hidden=10, step_size=0.1,
                  max_energy_error=1000.0, surrogate=None, standardize=None, wall=5.0,
-                 **deprecated):
+                 trust=True, **deprecated):
         moved = moved_arguments(
             type(self).__name__, deprecated,
             dict(hidden=(None, "n_hidden"),
@@ -148,9 +162,14 @@ class L2HMC(Sampler):
         if "train" in moved:  # the initial weights from the constructor's rng (earlier API)
             self.initialize(moved["train"]["rng"])
         self.max_energy_error = check_real(max_energy_error, "max_energy_error", lower=0.0)
+        # on a surrogate, a watch with exact HMC as its fallback (no refits: L2HMC's weights
+        # were trained on the surrogate it has)
+        self.trust = (None if surrogate is None
+                      else trust_watch(trust, reference="surrogate", **TRUST_DEFAULTS))
         # a burn-in of ``tune`` iterations (nothing adapted), then ``draws``
         self.phases = {"warmup": LearnedPhase("warmup", self),
-                       "sampling": LearnedPhase("sampling", self, keep=("samples", "records"))}
+                       "sampling": LearnedPhase("sampling", self, keep=("samples", "records"),
+                                                trust=self.trust)}
         size = parameter_layout(dim, self.n_hidden)["size"]
         self._adam = (np.zeros(size), np.zeros(size), 0)
         self.history = {key: np.empty(0) for key in ("loss", "acceptance", "step_size",
@@ -510,12 +529,45 @@ class L2HMC(Sampler):
             state.parts["weights"] = WeightsState(weights_checksum(self.parameters))
         return states
 
+    def watch_references(self):
+        """What the trust watch compares a sampling window with (see ``trust``): the training
+        chains' final acceptance on the surrogate, the exploration's moves (scaled by its
+        states' variances, in z) after :meth:`with_surrogate`, and the fallback's step size."""
+        acceptance = self.history["acceptance"]
+        recent = acceptance[-max(10, len(acceptance) // 100):]
+        fit = FitState(surrogate_acceptance_rate=float(recent.mean()) if recent.size
+                       else np.nan, explore_step_size=self._initial_step_size)
+        if self.exploration is not None:
+            states = (np.asarray(self.exploration["states"]) - self.shift) / self.scale
+            variance = states.var(axis=0)
+            fit.jump_scale = np.where(variance > 0, variance, 1.0)
+            fit.exploration_jump = mean_jump(states, fit.jump_scale)
+        return fit
+
     def report(self, result, states):
         result["samples"] = self.shift + self.scale * result["samples"]
-        if self.surrogate is not None:  # the chain's gradients were the surrogate's
-            result["n_surrogate_gradient_evals"] = result["n_gradient_evals"]
-            result["n_gradient_evals"] = np.zeros_like(result["n_gradient_evals"])
-            result["n_gradient_evals_sampling"] = np.zeros_like(result["n_gradient_evals"])
+        if self.surrogate is not None:  # the learned dynamics' gradients were the surrogate's
+            phases = [self.phase(name) for name, _ in states[0].phases]
+            counts = np.array([np.sum([p.exact_evals(s) for p in phases], axis=0)
+                               for s in states], dtype=np.int64)
+            sampling = np.array([self.phase("sampling").exact_evals(s) for s in states],
+                                dtype=np.int64)
+            result["n_density_evals"] = counts[:, 0]
+            result["n_gradient_evals"] = counts[:, 1]
+            result["n_density_evals_sampling"] = sampling[:, 0]
+            result["n_gradient_evals_sampling"] = sampling[:, 1]
+            result["n_surrogate_gradient_evals"] = np.array(
+                [sum(s.evals.get(name, [0, 0])[1] for name, _ in s.phases if name != "sampling")
+                 + (sampling_evals(s)[2] if "dynamics" in s.parts
+                    else s.evals.get("sampling", [0, 0])[1]) for s in states], dtype=np.int64)
+        if self.trust is not None:
+            dynamics = [s.parts["dynamics"] for s in states]
+            result["trust_events"] = [list(d.events) for d in dynamics]
+            result["fallback"] = np.array([bool(d.events) for d in dynamics])
+            result["n_refits"] = np.zeros(len(states), dtype=np.int64)
+            result["exact_dynamics"] = np.stack([s.outputs["sampling"]["exact_dynamics"]
+                                                 for s in states])
+            warn_about_trust_events(self.name, self.trust, result, exact="exact HMC")
         if self.exploration is not None:  # what the surrogate cost, once for all chains
             result["n_density_evals_explore"] = self.exploration["n_density_evals"]
             result["n_gradient_evals_explore"] = self.exploration["n_gradient_evals"]
@@ -613,20 +665,29 @@ class WeightsState(PartState):
 class LearnedPhase(Phase):
     """A phase of L2HMC's learned leapfrog with ``sampler``'s current weights (nothing
     adapted). The chain runs in z = (x - shift) / scale: its states, kept outputs and
-    ChainState too (the sampler's report maps the samples back)."""
+    ChainState too (the sampler's report maps the samples back). With a ``trust`` watch
+    (sampling on a surrogate), a poor window hands the rest of the chain to exact HMC."""
 
-    def __init__(self, name, sampler, keep=()):
+    def __init__(self, name, sampler, keep=(), trust=None):
         super().__init__(name)
-        self.sampler, self.keep = sampler, tuple(keep)
+        self.sampler, self.keep, self.trust = sampler, tuple(keep), trust
+
+    def exact(self, state):
+        """Whether the chain has fallen back to exact HMC."""
+        dynamics = state.parts.get("dynamics")  # (none before the phase's start)
+        return self.trust is not None and dynamics is not None and dynamics.mode == "exact"
 
     def trajectory(self, run):
-        return self.sampler.n_steps, False
+        return self.sampler.n_steps, self.exact(run.state)  # (exact HMC's jittered)
 
     def make_chain(self, run):
         l2, state = self.sampler, run.state
         if state.parts["weights"].checksum != weights_checksum(l2.parameters):
             raise ValueError("this chain was started with other L2HMC weights (trained or "
                              "loaded since): continue it with the sampler that started it")
+        if self.exact(state):
+            return euclidean_chain(l2._transformed(run.target, dynamics=False), state,
+                                   l2.max_energy_error)
         if l2.surrogate is None:
             dynamics, test = l2._transformed(run.target), None
         else:
@@ -646,3 +707,49 @@ class LearnedPhase(Phase):
             start_where_finite(run, chain, l2.shift, l2.scale)
         else:
             chain.set_state(state.kernel, counters=False)
+        if self.trust is not None:  # (kept in the state: a resumed chain has the same)
+            state.parts["dynamics"] = DynamicsState()
+            state.parts["fit"] = l2.watch_references()
+
+    def iterate(self, run, chain, budget):
+        if self.trust is None:
+            return super().iterate(run, chain, budget)
+        state, window = run.state, self.trust.window
+        n_iter = state.phase_length(self.name)
+        outputs = state.outputs.setdefault(self.name, {})
+        exact = outputs.setdefault("exact_dynamics", np.zeros(n_iter, dtype=bool))
+        dynamics, fit = state.parts["dynamics"], state.parts["fit"]
+        ran = 0
+        while ran < budget and state.iteration < n_iter:
+            first = state.iteration
+            stop = n_iter if dynamics.mode == "exact" else min((first // window + 1) * window,
+                                                               n_iter)
+            n = run.run_chunks(self, chain, min(budget - ran, stop - first))
+            if n == 0:
+                break
+            ran += n
+            exact[first:first + n] = dynamics.mode == "exact"
+            if dynamics.mode != "exact" and state.iteration == stop < n_iter:
+                event = self.trust.distrusts(outputs, stop, fit.surrogate_acceptance_rate,
+                                             fit.jump_scale, fit.exploration_jump)
+                if event is not None:  # the rest of the chain: exact HMC from here
+                    dynamics.events.append(dict(event, action="fallback"))
+                    dynamics.mode_evals["surrogate"][0] += chain.n_density_evals
+                    dynamics.mode_evals["surrogate"][1] += chain.n_gradient_evals
+                    dynamics.mode = "exact"
+                    new = self.make_chain(run)
+                    new.set_position(chain.position)
+                    new.step_size = fit.explore_step_size
+                    run.keep_current(self.name, new)
+                    break
+            if run.budget_spent():
+                break
+        return ran
+
+    def exact_evals(self, state):
+        if self.sampler.surrogate is None:
+            return super().exact_evals(state)
+        if self.trust is None or "dynamics" not in state.parts:  # (gradients: the surrogate's)
+            return [super().exact_evals(state)[0], 0, 0]
+        density, gradient, _ = sampling_evals(state)
+        return [density, gradient, 0]

@@ -389,20 +389,25 @@ def check_step_cost(surrogate_step_cost):
     return check_real(surrogate_step_cost, "step_cost", lower=0.0, lower_inclusive=True)
 
 
-def warn_about_trust_events(name, trust, result):
-    """One warning per chain whose surrogate was distrusted: what happened."""
-    exact = "exact HMC" if trust.reference == "exploration" else "adaptive Metropolis"
+def warn_about_trust_events(name, trust, result, exact=None):
+    """One warning per chain whose surrogate was distrusted: what happened (``exact``: the
+    name of the exact kernel; by default exact HMC after an HMC exploration, else adaptive
+    Metropolis)."""
+    if exact is None:
+        exact = "exact HMC" if trust.reference == "exploration" else "adaptive Metropolis"
     against = ("in exploration" if trust.reference == "exploration"
                else "on the surrogate itself")
     for chain, events in enumerate(result["trust_events"]):
         if not events:
             continue
         first = events[0]
-        what = (f"refitted {result.n_refits[chain]} time(s) (after {exact} stretches of "
-                f"{trust.refit_iterations} iterations, with more hidden units)")
+        what = []
+        if result.n_refits[chain]:
+            what.append(f"refitted {result.n_refits[chain]} time(s) (after {exact} stretches "
+                        f"of {trust.refit_iterations} iterations, with more hidden units)")
         if result.fallback[chain]:
-            what += (f"{' and then' if result.n_refits[chain] else ''} replaced by {exact} "
-                     f"from draw {events[-1]['iteration']} on")
+            what.append(f"replaced by {exact} from draw {events[-1]['iteration']} on")
+        what = " and then ".join(what)
         jump = first.get("window_jump", math.nan) / first.get("exploration_jump", math.nan)
         moved = (f"; its moves {jump:.2g} times as long (squared) as the exploration's"
                  if jump < trust.jump_ratio else "")

@@ -97,6 +97,27 @@ def test_l2hmc_state_saved_and_continued_equals_uninterrupted(stops, tmp_path):
     assert_same_result(interrupted_run(l2, stops, tmp_path, **kwargs), full)
 
 
+def test_l2hmc_continued_across_its_fallback_equals_uninterrupted(tmp_path):
+    """L2HMC on a poor surrogate (15 units, values only) under a strict watch: it hands some
+    chains to exact HMC; stops at the window that does it, just after it, and inside the
+    exact stretch."""
+    l2 = rnshmc.L2HMC.with_surrogate(
+        correlated_gaussian(), tune=300, rng=0, progress=False, n_steps=5,
+        trust=dict(ratio=0.9, window=20),
+        rns_options=dict(n_hidden=15, surrogate=dict(gradient_weight=0.0, whiten=False,
+                                                     training_data="states")))
+    l2.train(300, chains=50, rng=1, learning_rate=3e-3, progress=False)
+    kwargs = dict(draws=200, tune=50, chains=4, rng=0)
+    with pytest.warns(RuntimeWarning, match="replaced by exact HMC"):
+        full = l2.sample(progress=False, **kwargs)
+    switch = 50 + min(e[0]["iteration"] for e in full.trust_events if e)
+    for stops in ([switch], [switch + 1], [switch - 1, switch + 30]):
+        with pytest.warns(RuntimeWarning, match="replaced by exact HMC"):
+            resumed = interrupted_run(l2, stops, tmp_path, **kwargs)
+        assert_same_result(resumed, full)
+        assert resumed.trust_events == full.trust_events
+
+
 @pytest.mark.parametrize("name", ["RNSHMC", "ARNSHMC", "RNSRMHMC"])
 def test_continued_across_refits_and_fallback_equals_uninterrupted(name, tmp_path):
     """Stops where the trust watch switches to exact dynamics, inside an exact stretch, at
