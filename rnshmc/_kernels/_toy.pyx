@@ -113,28 +113,30 @@ cdef class MixtureTarget(CTarget):
 
 
 cdef class RoughWellTarget(CTarget):
-    """U(q) = |q|^2 / 2 + eta sum_i cos(q_i / eta)."""
-    cdef double eta
+    """U(q) = |q|^2 / 2 + eta sum_i cos(q_i / period)."""
+    cdef double eta, period
 
-    def __init__(self, Py_ssize_t dim, double eta):
+    def __init__(self, Py_ssize_t dim, double eta, double period):
         super().__init__(dim, 0)
-        self.eta = eta
+        self.eta, self.period = eta, period
 
     def __reduce__(self):
-        return (RoughWellTarget, (self.dim, self.eta))
+        return (RoughWellTarget, (self.dim, self.eta, self.period))
 
     cdef int potential_and_gradient(self, const double* q, double* U, double* grad,
                                     double* scratch) except -1 nogil:
         cdef Py_ssize_t i
+        cdef double amplitude = self.eta / self.period
         U[0] = 0.0
         for i in range(self.dim):
-            U[0] += 0.5 * q[i] * q[i] + self.eta * cos(q[i] / self.eta)
-            grad[i] = q[i] - sin(q[i] / self.eta)
+            U[0] += 0.5 * q[i] * q[i] + self.eta * cos(q[i] / self.period)
+            grad[i] = q[i] - amplitude * sin(q[i] / self.period)
         return 0
 
     cdef int hessian_vector(self, const double* q, const double* u, double* out,
                             double* scratch) except -1 nogil:
         cdef Py_ssize_t i
+        cdef double curvature = self.eta / (self.period * self.period)
         for i in range(self.dim):
-            out[i] = (1.0 - cos(q[i] / self.eta) / self.eta) * u[i]
+            out[i] = (1.0 - curvature * cos(q[i] / self.period)) * u[i]
         return 0

@@ -124,15 +124,26 @@ class RoughWell(CTargetModel):
     dim : int
     eta : float
         Ripple scale (default 1e-2).
+    ripple : {"paper", "authors"}
+        "paper" (default): cos(q_i / eta), as the paper writes it. "authors": cos(q_i /
+        eta^2), the authors' code's default (``RoughWell(easy=False)`` in
+        ``utils/distributions.py`` of brain-research/l2hmc): ripples eta times faster, whose
+        gradients swing by +-1/eta (100 at eta = 1e-2), so that leapfrog steps of 0.05 and
+        more are rejected almost always.
     """
 
-    def __init__(self, dim=2, eta=1e-2):
+    RIPPLES = ("paper", "authors")
+
+    def __init__(self, dim=2, eta=1e-2, ripple="paper"):
         if not (isinstance(dim, (int, np.integer)) and dim >= 1):
             raise ValueError(f"dim must be a positive integer, got {dim!r}")
         if not (np.isfinite(eta) and eta > 0):
             raise ValueError(f"eta must be positive and finite, got {eta}")
-        self.eta = float(eta)
-        self._ctarget = RoughWellTarget(int(dim), self.eta)
+        if ripple not in self.RIPPLES:
+            raise ValueError(f"ripple must be one of {self.RIPPLES}, got {ripple!r}")
+        self.eta, self.ripple = float(eta), ripple
+        period = self.eta if ripple == "paper" else self.eta ** 2
+        self._ctarget = RoughWellTarget(int(dim), self.eta, period)
 
     def __reduce__(self):
-        return (type(self), (self.dim, self.eta))
+        return (type(self), (self.dim, self.eta, self.ripple))

@@ -22,6 +22,7 @@ MODELS = {
     "mixture3": lambda: GaussianMixture([[0.0, 1.0, 2.0], [1.0, -1.0, 0.0], [3.0, 0.0, 0.0]],
                                         variance=0.5, weights=[1.0, 2.0, 3.0]),
     "rough": lambda: RoughWell(3, eta=0.05),
+    "rough (authors' ripple)": lambda: RoughWell(3, eta=0.3, ripple="authors"),
     "ill": lambda: rnshmc.models.ill_conditioned_gaussian(6),
     "correlated": rnshmc.models.correlated_gaussian_2d,
 }
@@ -81,6 +82,10 @@ def test_rough_well_formula_and_variance():
     Z = scipy.integrate.quad(density, -12, 12, limit=4000)[0]
     var = scipy.integrate.quad(lambda x: x * x * density(x), -12, 12, limit=4000)[0] / Z
     assert var == pytest.approx(1.0, abs=0.01)
+    # the authors' code's ripple: cos(q / eta^2)
+    authors = RoughWell(2, eta=0.1, ripple="authors")
+    assert authors.potential(q) == pytest.approx(0.5 * q @ q + 0.1 * np.cos(q / 0.01).sum(),
+                                                 rel=1e-14)
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -99,7 +104,8 @@ def test_mixture_bad_input(kwargs):
         GaussianMixture(**kwargs)
 
 
-@pytest.mark.parametrize("kwargs", [dict(dim=0), dict(eta=0.0), dict(eta=np.inf)])
+@pytest.mark.parametrize("kwargs", [dict(dim=0), dict(eta=0.0), dict(eta=np.inf),
+                                    dict(ripple="smooth")])
 def test_rough_well_bad_input(kwargs):
     with pytest.raises(ValueError):
         RoughWell(**kwargs)
