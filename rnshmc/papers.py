@@ -25,6 +25,7 @@ Table 1's Bank Marketing rows with the papers' protocol:
 ...                         on_error="report")  # doctest: +SKIP
 >>> print(format_table(rows))  # doctest: +SKIP
 """
+import functools
 import os
 import time
 from pathlib import Path
@@ -126,6 +127,10 @@ L2HMC_TARGETS = {
     "correlated": ("strongly correlated 2-d Gaussian", models.correlated_gaussian_2d),
     "ill": ("50-d ill-conditioned Gaussian", models.ill_conditioned_gaussian),
     "rough": ("2-d rough well", models.RoughWell),
+    # the authors' code's rough well, cos(x / eta^2), at the eta of their last run of it
+    # (brain-research/l2hmc history, commit 89ce5ff: RoughWell(dim=2, easy=False, eps=0.05))
+    "rough-authors": ("2-d rough well, the authors' code's ripple (eta 0.05)",
+                      functools.partial(models.RoughWell, eta=0.05, ripple="authors")),
 }
 #: The mixture of two Gaussians (sigma^2 = 0.1, means (+-2, 0)) and the temperature L2HMC's
 #: training anneals from to 1.
