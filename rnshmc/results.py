@@ -8,6 +8,7 @@ compressed ``.npz`` that needs no pickling to read.
 
 import inspect
 import json
+import math
 import os
 import tokenize
 import zipfile
@@ -343,6 +344,19 @@ def run_lines(result):
         lines.append(line + f", {stop['seconds']:.3g} s")
     if "cost" in result:
         lines += cost_lines(result["cost"])
+    if "training" in result:  # (L2HMC's, before this run)
+        training = result["training"]
+        line = (f"training (before sampling): {training['iterations']} iterations, "
+                f"{training['gradient_equivalents']} gradient-equivalents of the "
+                f"{'surrogate' if training['on_surrogate'] else 'model'}, "
+                f"{training['seconds']:.3g} s")
+        if "break_even" in training:
+            even = training["break_even"]
+            line += (f"; against {even['baseline']} it never pays for itself (no cheaper "
+                     "effective draws)" if math.isinf(even["draws"]) else
+                     f"; it pays for itself against {even['baseline']} from "
+                     f"{even['draws']:.3g} effective draws on")
+        lines.append(line)
     return lines
 
 

@@ -1,6 +1,7 @@
 """L2HMC: a learned, non-volume-preserving generalized leapfrog (Levy, Hoffman and
 Sohl-Dickstein 2018; docs/algorithms.md section 7), trained in C by a hand-written reverse pass."""
 import dataclasses
+import math
 import time
 import warnings
 
@@ -571,6 +572,54 @@ class L2HMC(Sampler):
         if self.exploration is not None:  # what the surrogate cost, once for all chains
             result["n_density_evals_explore"] = self.exploration["n_density_evals"]
             result["n_gradient_evals_explore"] = self.exploration["n_gradient_evals"]
+        # what training has cost so far (a Hessian-vector product counts as one gradient)
+        result["training"] = dict(
+            iterations=int(len(self.history["loss"])),
+            gradient_equivalents=int(self.training_evals["gradient"]
+                                     + self.training_evals["hessian_vector"]),
+            seconds=float(self.training_evals["seconds"]),
+            on_surrogate=self.surrogate is not None)
+
+    @staticmethod
+    def break_even(result, baseline):
+        """The effective draws (min bulk ESS) from which an L2HMC run, its training
+        included, costs fewer model evaluations than ``baseline`` (e.g. HMC at its best),
+        warm-ups included: both costs are overhead + draws x cost per effective draw of the
+        sampling phase, in model evaluations (a density, with or without its gradient,
+        counts one; a training gradient or Hessian-vector product one). Training on a
+        surrogate costs no model evaluation; its exploration does. Also stored in
+        ``result["training"]["break_even"]`` (printed by ``result.summary()``).
+
+        Parameters
+        ----------
+        result : SampleResult
+            Of :meth:`sample`.
+        baseline : SampleResult
+            Of another sampler on the same model.
+
+        Returns
+        -------
+        float
+            0 when L2HMC is never dearer, ``inf`` when it never pays for its training.
+        """
+        def per_draw_and_overhead(run, extra):
+            cost = run["cost"]
+            sampling = cost["phases"]["sampling"]["density_evals"]
+            return sampling / cost["ess_bulk_min"], cost["density_evals"] - sampling + extra
+
+        training = result["training"]
+        extra = 0 if training["on_surrogate"] else training["gradient_equivalents"]
+        extra += int(result.get("n_density_evals_explore", 0))
+        ours, overhead = per_draw_and_overhead(result, extra)
+        theirs, their_overhead = per_draw_and_overhead(baseline, 0)
+        if overhead <= their_overhead and ours <= theirs:
+            draws = 0.0
+        elif ours >= theirs:
+            draws = math.inf
+        else:
+            draws = (overhead - their_overhead) / (theirs - ours)
+        training["break_even"] = dict(draws=float(draws), baseline=baseline.sampler)
+        return float(draws)
 
     # ------------------------------------------------------------------------------------------
     # saving the weights

@@ -577,3 +577,43 @@ def test_a_collapsing_training_is_recovered_and_dead_weights_are_refused(seed, m
     assert dead.history["recovered_at"].size == 0
     with pytest.raises(ValueError, match="trained weights accepted 0.00.* would not move"):
         dead.sample(100, tune=10, chains=2, rng=0, progress=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# training cost beside sampling cost
+
+
+def test_training_cost_and_break_even_against_a_baseline():
+    """The result carries what training cost; break_even is where the two cost lines cross
+    (overhead + draws x cost per effective draw, in model evaluations), and the summary
+    says it."""
+    import rnshmc
+    model = rnshmc.models.correlated_gaussian_2d()
+    l2 = rnshmc.L2HMC(model).train(30, chains=10, rng=1, progress=False)
+    kwargs = dict(draws=400, tune=100, chains=2, rng=2, progress=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = l2.sample(**kwargs)
+        baseline = rnshmc.HMC(model, step_size=0.1, n_steps=10, jitter=False).sample(**kwargs)
+    training = result["training"]
+    assert training["iterations"] == 30 and not training["on_surrogate"]
+    assert training["gradient_equivalents"] == (l2.training_evals["gradient"]
+                                                + l2.training_evals["hessian_vector"]) > 0
+
+    def cost(run, draws, extra=0):
+        c = run.cost
+        sampling = c["phases"]["sampling"]["density_evals"]
+        return c["density_evals"] - sampling + extra + draws * sampling / c["ess_bulk_min"]
+
+    draws = rnshmc.L2HMC.break_even(result, baseline)
+    extra = training["gradient_equivalents"]
+    if 0 < draws < np.inf:
+        assert cost(result, draws, extra) == pytest.approx(cost(baseline, draws))
+        assert cost(result, 2 * draws, extra) < cost(baseline, 2 * draws)
+    elif draws == 0:
+        assert cost(result, 1, extra) <= cost(baseline, 1)
+    else:
+        assert cost(result, 1e9, extra) >= cost(baseline, 1e9)
+    text = str(result.summary())
+    assert "training (before sampling): 30 iterations" in text
+    assert "HMC" in text.split("training (before sampling)")[1]
