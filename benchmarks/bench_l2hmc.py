@@ -128,6 +128,7 @@ def toy_section(args):
         train_seconds = time.perf_counter() - start
         training = l2.training_evals["gradient"] + l2.training_evals["hessian_vector"]
         result, note = quietly(l2.sample, **kwargs)
+        l2_result = result
         rows["L2HMC"] = sampling_row(result, training, variance)
         print_row("L2HMC (trained)", rows["L2HMC"], train_seconds + sum(result.timings.values()),
                   f"eps {l2.step_size:.3f}, training {train_seconds:.0f} s, "
@@ -166,7 +167,7 @@ def toy_section(args):
             print_row(f"HMC, Stan warm-up, L={L}", row, sum(result.timings.values()),
                       f"eps {np.mean(result.step_size):.3g} {note}")
             if best is None or row[2] > best[1][2]:
-                best = (L, row)
+                best = (L, row, result)
         rows["HMC best"] = best[1]
         ours = rows["L2HMC"][2]
         print(f"  L2HMC standardised / HMC at its best (L={best[0]}): "
@@ -184,6 +185,9 @@ def toy_section(args):
         print(f"  L2HMC / HMC at its best (L={best[0]}): {ratio:8.2f}x ESS per gradient{target}")
         print(f"  with training / warm-up counted: {rows['L2HMC'][3] / rows['HMC best'][3]:8.4f}x",
               flush=True)
+        draws = rnshmc.L2HMC.break_even(l2_result, best[2])
+        print(f"  break-even against HMC at its best: {draws:.3g} effective draws "
+              "(model evaluations, training and warm-ups included)", flush=True)
 
 
 def print_row(label, row, seconds, note=""):
