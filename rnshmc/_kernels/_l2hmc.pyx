@@ -81,9 +81,14 @@ cdef struct Net:
     double* lQ
     double* WT
     double* bT
-    # exp(lS) and exp(lQ) computed once per training iteration (NULL: computed where used)
+    # computed once per training iteration (NULL: none): exp(lS), exp(lQ), and the heads'
+    # matrices transposed (H x n), through which the heads are sums over the hidden units
+    # that are on; a gradient's view of the transposed matrices' gradient in WS, WQ, WT
     double* eS
     double* eQ
+    double* WSt
+    double* WQt
+    double* WTt
 
 
 cdef Py_ssize_t net_view(double* base, Py_ssize_t n, Py_ssize_t H, Net* net) noexcept nogil:
@@ -105,6 +110,9 @@ cdef Py_ssize_t net_view(double* base, Py_ssize_t n, Py_ssize_t H, Net* net) noe
     net.bT = at; at += n
     net.eS = NULL
     net.eQ = NULL
+    net.WSt = NULL
+    net.WQt = NULL
+    net.WTt = NULL
     return at - base
 
 
@@ -253,6 +261,7 @@ cdef enum:
     # fixed blocks of a batch's trajectories whose gradients are summed apart and then in
     # block order: the rounding does not depend on the threads
     MAX_BLOCKS = 16
+    TRANSPOSED_MIN_DIM = 8
 
 cdef extern from *:
     """
@@ -271,9 +280,24 @@ cdef extern from *:
             s += x[j] * y[j];
         return s;
     }
+    #if defined(_OPENMP) && !defined(_MSC_VER)
+    #define RNSHMC_L2HMC_SIMD _Pragma("omp simd")
+    #else
+    #define RNSHMC_L2HMC_SIMD
+    #endif
+    /* y += a x (x and y do not overlap) */
+    static inline void rnshmc_l2hmc_axpy(Py_ssize_t n, double a, const double* x, double* y)
+    {
+        Py_ssize_t j;
+        RNSHMC_L2HMC_SIMD
+        for (j = 0; j < n; j++)
+            y[j] += a * x[j];
+    }
     """
     double small_dot "rnshmc_l2hmc_dot" (Py_ssize_t n, const double* x,
                                           const double* y) noexcept nogil
+    void small_axpy "rnshmc_l2hmc_axpy" (Py_ssize_t n, double a, const double* x,
+                                          double* y) noexcept nogil
 
 
 cdef struct Model:
@@ -416,6 +440,15 @@ cdef void net_eval(const Model* M, const Net* net, const double* a, const double
         _gemv(RowMajor, NoTrans, <int> n, <int> H, 1.0, net.WQ, <int> H, z2, 1, 1.0, Q, 1)
         memcpy(T, net.bT, n * sizeof(double))
         _gemv(RowMajor, NoTrans, <int> n, <int> H, 1.0, net.WT, <int> H, z2, 1, 1.0, T, 1)
+    elif net.WSt != NULL:
+        memcpy(S, net.bS, n * sizeof(double))
+        memcpy(Q, net.bQ, n * sizeof(double))
+        memcpy(T, net.bT, n * sizeof(double))
+        for i in range(H):
+            if z2[i] != 0.0:
+                small_axpy(n, z2[i], net.WSt + i * n, S)
+                small_axpy(n, z2[i], net.WQt + i * n, Q)
+                small_axpy(n, z2[i], net.WTt + i * n, T)
     else:
         for i in range(n):
             S[i] = net.bS[i] + small_dot(H, net.WS + i * H, z2)
@@ -699,12 +732,6 @@ cdef void net_backward(const Model* M, const Net* net, const Net* grad, const do
     cdef const double* Q = S + n
     cdef double* g1 = hidden
     cdef double* g2 = hidden + H
-    cdef const double* w1
-    cdef const double* w2
-    cdef const double* w3
-    cdef double* d1
-    cdef double* d2
-    cdef double* d3
     for i in range(n):  # S = exp(lS) tanh(s): dS/dlS = S, dS/ds = exp(lS) (1 - tanh^2)
         scale = net.eS[i] if net.eS != NULL else exp(net.lS[i])
         th = S[i] / scale
@@ -724,6 +751,16 @@ cdef void net_backward(const Model* M, const Net* net, const Net* grad, const do
         _gemv(RowMajor, Trans, <int> n, <int> H, 1.0, net.WS, <int> H, gS, 1, 0.0, g2, 1)
         _gemv(RowMajor, Trans, <int> n, <int> H, 1.0, net.WQ, <int> H, gQ, 1, 1.0, g2, 1)
         _gemv(RowMajor, Trans, <int> n, <int> H, 1.0, net.WT, <int> H, gT, 1, 1.0, g2, 1)
+    elif net.WSt != NULL:  # grad's WS, WQ, WT hold the transposed matrices' gradient
+        for k in range(H):
+            g2[k] = 0.0
+            if z2[k] == 0.0:  # off at the second ReLU
+                continue
+            small_axpy(n, z2[k], gS, grad.WS + k * n)
+            small_axpy(n, z2[k], gQ, grad.WQ + k * n)
+            small_axpy(n, z2[k], gT, grad.WT + k * n)
+            g2[k] = small_dot(n, net.WSt + k * n, gS) + small_dot(n, net.WQt + k * n, gQ) \
+                + small_dot(n, net.WTt + k * n, gT)
     else:
         for k in range(H):
             g2[k] = 0.0
@@ -731,13 +768,12 @@ cdef void net_backward(const Model* M, const Net* net, const Net* grad, const do
             gs, gq, gt = gS[i], gQ[i], gT[i]
             if gs == 0.0 and gq == 0.0 and gt == 0.0:
                 continue
-            w1, w2, w3 = net.WS + i * H, net.WQ + i * H, net.WT + i * H
-            d1, d2, d3 = grad.WS + i * H, grad.WQ + i * H, grad.WT + i * H
-            for k in range(H):
-                d1[k] += gs * z2[k]
-                d2[k] += gq * z2[k]
-                d3[k] += gt * z2[k]
-                g2[k] += w1[k] * gs + w2[k] * gq + w3[k] * gt
+            small_axpy(H, gs, z2, grad.WS + i * H)
+            small_axpy(H, gq, z2, grad.WQ + i * H)
+            small_axpy(H, gt, z2, grad.WT + i * H)
+            small_axpy(H, gs, net.WS + i * H, g2)
+            small_axpy(H, gq, net.WQ + i * H, g2)
+            small_axpy(H, gt, net.WT + i * H, g2)
     for k in range(H):  # through the second ReLU
         if e2[k] <= 0.0:
             g2[k] = 0.0
@@ -752,10 +788,8 @@ cdef void net_backward(const Model* M, const Net* net, const Net* grad, const do
             gi = g2[i]
             if gi == 0.0:
                 continue
-            w1, d1 = net.W2 + i * H, grad.W2 + i * H
-            for k in range(H):
-                d1[k] += gi * z1[k]
-                g1[k] += w1[k] * gi
+            small_axpy(H, gi, z1, grad.W2 + i * H)
+            small_axpy(H, gi, net.W2 + i * H, g1)
     for i in range(H):  # through the first ReLU
         if e1[i] <= 0.0:
             g1[i] = 0.0
@@ -772,13 +806,10 @@ cdef void net_backward(const Model* M, const Net* net, const Net* grad, const do
             gi = g1[i]
             if gi == 0.0:
                 continue
-            w1, w2 = net.Wa + i * n, net.Wb + i * n
-            d1, d2 = grad.Wa + i * n, grad.Wb + i * n
-            for k in range(n):
-                d1[k] += gi * a[k]
-                d2[k] += gi * b[k]
-                ga[k] += w1[k] * gi
-                gb[k] += w2[k] * gi
+            small_axpy(n, gi, a, grad.Wa + i * n)
+            small_axpy(n, gi, b, grad.Wb + i * n)
+            small_axpy(n, gi, net.Wa + i * n, ga)
+            small_axpy(n, gi, net.Wb + i * n, gb)
 
 
 cdef double v_backward(const Model* M, Work* w, const double* slot, const double* x,
@@ -939,7 +970,9 @@ cdef class Trainer(AugmentedLeapfrog):
     # training reads the parameters through this model, with exp(lS) and exp(lQ) computed
     # once per iteration (``model``, which ``run`` uses, computes them where it needs them)
     cdef Model tmodel
-    cdef object _scales
+    cdef object _derived
+    cdef double* tgrad          # the gradient in the workspaces' layout (heads transposed)
+    cdef object _tgrad
     cdef Metric metric
     # one workspace per thread, and the target scratch of each (for ``_scratch_target``)
     cdef Py_ssize_t n_workers
@@ -966,25 +999,66 @@ cdef class Trainer(AugmentedLeapfrog):
         cdef double[::1] b = self._buffers
         self.grad = &b[0]
         self.tmodel = self.model
-        self._scales = np.zeros(4 * dim)
-        cdef double[::1] s = self._scales
-        self.tmodel.vnet.eS = &s[0]
-        self.tmodel.vnet.eQ = &s[dim]
-        self.tmodel.xnet.eS = &s[2 * dim]
-        self.tmodel.xnet.eQ = &s[3 * dim]
+        # the heads by the transposed matrices: 1.15x less time per training iteration on the
+        # 50-d Gaussian, 1.1x more on the 2-d targets (dim < TRANSPOSED_MIN_DIM)
+        cdef bint transposed = not self.model.blas and dim >= TRANSPOSED_MIN_DIM
+        self._derived = np.zeros(4 * dim + (6 * hidden * dim if transposed else 0))
+        self._tgrad = np.zeros(size)
+        cdef double[::1] t = self._tgrad
+        self.tgrad = &t[0]
+        cdef double[::1] s = self._derived
+        cdef double* at = &s[0]
+        cdef Net* net
+        cdef int j
+        for j in range(2):
+            net = &self.tmodel.vnet if j == 0 else &self.tmodel.xnet
+            net.eS = at; at += dim
+            net.eQ = at; at += dim
+            if transposed:
+                net.WSt = at; at += hidden * dim
+                net.WQt = at; at += hidden * dim
+                net.WTt = at; at += hidden * dim
         self.n_workers = 0
         self.works = NULL
         self._cache_target = None
 
     cdef void refresh_scales(self) noexcept nogil:
-        """exp(lS) and exp(lQ) of the current parameters, for ``tmodel``."""
-        cdef Py_ssize_t i
-        cdef Model* M = &self.tmodel
-        for i in range(M.n):
-            M.vnet.eS[i] = exp(M.vnet.lS[i])
-            M.vnet.eQ[i] = exp(M.vnet.lQ[i])
-            M.xnet.eS[i] = exp(M.xnet.lS[i])
-            M.xnet.eQ[i] = exp(M.xnet.lQ[i])
+        """exp(lS), exp(lQ) and the transposed heads of the current parameters, for
+        ``tmodel``."""
+        cdef Py_ssize_t i, k, n = self.tmodel.n, H = self.tmodel.H
+        cdef Net* net
+        cdef int j
+        for j in range(2):
+            net = &self.tmodel.vnet if j == 0 else &self.tmodel.xnet
+            for i in range(n):
+                net.eS[i] = exp(net.lS[i])
+                net.eQ[i] = exp(net.lQ[i])
+            if net.WSt != NULL:
+                for i in range(n):
+                    for k in range(H):
+                        net.WSt[k * n + i] = net.WS[i * H + k]
+                        net.WQt[k * n + i] = net.WQ[i * H + k]
+                        net.WTt[k * n + i] = net.WT[i * H + k]
+
+    cdef void gradient_from_work_layout(self) noexcept nogil:
+        """``grad`` from ``tgrad`` (the heads' gradients transposed back)."""
+        cdef Py_ssize_t i, k, n = self.tmodel.n, H = self.tmodel.H
+        cdef Net src[2]
+        cdef Net dst[2]
+        cdef Py_ssize_t span, j
+        memcpy(self.grad, self.tgrad, self.size * sizeof(double))
+        if self.tmodel.vnet.WSt == NULL:
+            return
+        span = net_view(self.tgrad + 1, n, H, &src[0])
+        net_view(self.tgrad + 1 + span, n, H, &src[1])
+        net_view(self.grad + 1, n, H, &dst[0])
+        net_view(self.grad + 1 + span, n, H, &dst[1])
+        for j in range(2):
+            for i in range(n):
+                for k in range(H):
+                    dst[j].WS[i * H + k] = src[j].WS[k * n + i]
+                    dst[j].WQ[i * H + k] = src[j].WQ[k * n + i]
+                    dst[j].WT[i * H + k] = src[j].WT[k * n + i]
 
     def _prepare_workers(self, CTarget target, Py_ssize_t count):
         """At least ``count`` workspaces, each with a scratch of ``target``'s."""
@@ -1114,16 +1188,17 @@ cdef class Trainer(AugmentedLeapfrog):
         cdef double loss = 0.0, one
         self._prepare_workers(target, 1)
         cdef Work* w = &self.works[0]
-        work_gradient(w, self.grad, self.dim, self.H)
+        work_gradient(w, self.tgrad, self.dim, self.H)
         with nogil:
             self.refresh_scales()
             for i in range(self.size):
-                self.grad[i] = 0.0
+                self.tgrad[i] = 0.0
             for b in range(B):
                 self.trajectory_loss(w, target, None, &xs[b, 0], &vs[b, 0], <int> ds[b],
                                      1.0 / B, scale, NULL, NULL, False, NULL, NULL, &one,
                                      &a[b], &out[b, 0])
                 loss += one
+            self.gradient_from_work_layout()
             self.count_evaluations()
         return loss / B, np.array(self._buffers), accept, proposals
 
@@ -1255,10 +1330,11 @@ cdef class Trainer(AugmentedLeapfrog):
                                 NULL, NULL, &traj_loss[k], &accept[k], &fresh_end[b, 0])
                 # the sums in a fixed order
                 for i in range(self.size):
-                    self.grad[i] = 0.0
+                    self.tgrad[i] = 0.0
                 for blk in range(n_blocks):
                     for i in range(self.size):
-                        self.grad[i] += block_grad[blk, i]
+                        self.tgrad[i] += block_grad[blk, i]
+                self.gradient_from_work_layout()
                 loss = 0.0
                 mean_accept = 0.0
                 for b in range(B):
