@@ -344,7 +344,8 @@ class L2HMC(Sampler):
                 elif (rate < COLLAPSED_ACCEPTANCE and best is not None
                       and len(recoveries) < MAX_RECOVERIES):
                     # collapsed: back to the best weights (the step size among them), their
-                    # Adam moments and chains, at half the learning rate
+                    # Adam moments and chains, at half the learning rate (the trainer
+                    # evaluates U and grad U afresh at a chain whose state it did not leave)
                     for array, saved in zip((self.parameters, m, v, z), best[1:]):
                         array[...] = saved
                     learning_rate /= 2

@@ -320,10 +320,13 @@ def test_training_lowers_the_loss_and_moves_the_weights(trained_on_correlated):
     assert loss[-50:].mean() < loss[:50].mean() - 1.0
     assert l2.step_size != pytest.approx(0.1)
     assert np.abs(l2.weights()["X.WT"]).max() > 1e-2  # heads left zero
-    # per iteration 2 x 50 trajectories (chains and burn-in term) of 5 steps: a gradient at
-    # the start and one per step, a Hessian-vector product per step (none if it diverged)
+    # per iteration 2 x 50 trajectories (chains and burn-in term) of 5 steps: a gradient per
+    # step, and at the start of a burn-in one (a chain's start reuses the gradient of its
+    # accepted proposal: evaluated only at the first iteration and after a recovery's
+    # restore of the chains, at most 3); a Hessian-vector product per step (none if it
+    # diverged)
     evals = l2.training_evals
-    assert 0.99 * 300 * 100 * 6 <= evals["gradient"] <= 300 * 100 * 6
+    assert 0.99 * 300 * 50 * 11 <= evals["gradient"] <= 300 * 50 * 11 + 4 * 50
     assert 0.99 * 300 * 100 * 5 <= evals["hessian_vector"] <= 300 * 100 * 5
     assert evals["seconds"] > 0
 
@@ -573,7 +576,10 @@ def test_a_collapsing_training_is_recovered_and_dead_weights_are_refused(seed, m
     dead = rnshmc.L2HMC(model, n_steps=5)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        dead.train(300, chains=20, rng=1, progress=False, learning_rate=1e-2)
+        # (a collapsing training is chaotic: differences of 1e-16 in the gradient's sums grow
+        # to another training within ~60 iterations; it ends dead for about one seed in
+        # three, with the BLAS products as with the loops; this seed's does)
+        dead.train(300, chains=20, rng=2, progress=False, learning_rate=1e-2)
     assert dead.history["recovered_at"].size == 0
     with pytest.raises(ValueError, match="trained weights accepted 0.00.* would not move"):
         dead.sample(100, tune=10, chains=2, rng=0, progress=False)
@@ -617,3 +623,128 @@ def test_training_cost_and_break_even_against_a_baseline():
     text = str(result.summary())
     assert "training (before sampling): 30 iterations" in text
     assert "HMC" in text.split("training (before sampling)")[1]
+
+# The training kernel's speed-ups (threads, activations kept for the reverse pass, the chains'
+# U and grad U reused between iterations) change no result
+
+
+def training_setup(dim=3, chains=12, seed=0):
+    """A Trainer on a shifted, scaled and walled Gaussian, the target, the parameters, the
+    chains, and the masks."""
+    from rnshmc._kernels._l2hmc import Trainer, TransformedTarget
+    rng = np.random.default_rng(seed)
+    n_steps, hidden = 4, 6
+    params = 0.3 * rng.standard_normal(parameter_layout(dim, hidden)["size"])
+    params[0] = np.log(0.2)
+    masks = random_masks(rng, n_steps, dim)
+    trainer = Trainer(dim, n_steps, hidden, params, masks)
+    target = TransformedTarget(as_ctarget(gaussian(dim), dim), rng.standard_normal(dim),
+                               np.exp(0.3 * rng.standard_normal(dim)), 1.5)
+    z = rng.standard_normal((chains, dim))
+    return trainer, target, params, z, masks
+
+
+def run_training(trainer, target, params, z, generator, n_iterations, adam=None, step=0,
+                 first=0, burnin_weight=1.0, **options):
+    """``n_iterations`` of Trainer.train from iteration ``first`` of a schedule of 6 annealed
+    temperatures; returns (losses, acceptance, skipped) and updates the arrays in place."""
+    m, v = adam if adam is not None else (np.zeros_like(params), np.zeros_like(params))
+    temperatures = np.linspace(4.0, 1.0, 6)[first:first + n_iterations]
+    losses, acceptance = np.empty(n_iterations), np.empty(n_iterations)
+    skipped = trainer.train(target, z, generator, n_iterations, m, v, step, 1e-2, 0.96, 1000,
+                            0.1, burnin_weight, temperatures, np.zeros(z.shape[1]),
+                            np.ones(z.shape[1]), losses, acceptance, **options)
+    return losses, acceptance, skipped
+
+
+@pytest.mark.parametrize("burnin_weight", [0.0, 1.0])
+def test_training_on_one_or_two_threads_is_the_same(burnin_weight):
+    results = []
+    for threads in (1, 2):
+        trainer, target, params, z, masks = training_setup()
+        adam = (np.zeros_like(params), np.zeros_like(params))
+        out = run_training(trainer, target, params, z, np.random.default_rng(5), 5, adam,
+                           burnin_weight=burnin_weight, threads=threads)
+        results.append((out, params, adam, z, trainer.n_gradient_evals,
+                        trainer.n_hessian_vector_evals))
+    (one, p1, a1, z1, g1, h1), (two, p2, a2, z2, g2, h2) = results
+    for x, y in [(one[0], two[0]), (one[1], two[1]), (p1, p2), (a1[0], a2[0]), (a1[1], a2[1]),
+                 (z1, z2)]:
+        np.testing.assert_allclose(y, x, rtol=1e-12, atol=0)
+    assert (g1, h1) == (g2, h2)
+
+
+def test_training_in_one_call_or_one_iteration_per_call_is_the_same():
+    """The chains' U and grad U the trainer keeps carry over between calls; a chain set
+    between calls (L2HMC.train's restore after a collapse) is evaluated afresh."""
+    trainer, target, params, z, masks = training_setup()
+    adam = (np.zeros_like(params), np.zeros_like(params))
+    whole = run_training(trainer, target, params, z, np.random.default_rng(3), 6, adam)
+    trainer2, _, params2, z2, _ = training_setup()
+    adam2 = (np.zeros_like(params2), np.zeros_like(params2))
+    generator = np.random.default_rng(3)
+    parts = [run_training(trainer2, target, params2, z2, generator, 1, adam2, step=i, first=i)
+             for i in range(6)]
+    np.testing.assert_allclose(np.concatenate([p[0] for p in parts]), whole[0], rtol=1e-12)
+    np.testing.assert_allclose(np.concatenate([p[1] for p in parts]), whole[1], rtol=1e-12)
+    for x, y in [(params, params2), (adam[0], adam2[0]), (adam[1], adam2[1]), (z, z2)]:
+        np.testing.assert_allclose(y, x, rtol=1e-12, atol=0)
+    # per iteration: T gradients per trajectory, one per fresh start, and the chains' starts
+    # only at the first iteration
+    chains, T = z.shape[0], trainer.T
+    assert trainer.n_gradient_evals == trainer2.n_gradient_evals <= 6 * (2 * chains * T + chains) + chains
+    # chains set between calls (L2HMC.train's restore after a collapse, here of half of them)
+    # and weights restored: the same results as a new trainer's, which knows no U or grad U
+    saved = (params.copy(), adam[0].copy(), adam[1].copy(), z.copy())
+    run_training(trainer, target, params, z, np.random.default_rng(11), 2, adam, step=6,
+                 first=3)
+    z[::2] = saved[3][::2]
+    for array, value in zip((params, adam[0], adam[1]), saved):
+        array[...] = value
+    start = z.copy()
+    before = trainer.n_gradient_evals
+    continued = run_training(trainer, target, params, z, np.random.default_rng(4), 2, adam,
+                             step=6, first=3)
+    new_trainer, _, params3, _, _ = training_setup()
+    params3[...] = saved[0]
+    adam3 = (saved[1].copy(), saved[2].copy())
+    z3 = start.copy()
+    again = run_training(new_trainer, target, params3, z3, np.random.default_rng(4), 2, adam3,
+                         step=6, first=3)
+    for x, y in [(again[0], continued[0]), (again[1], continued[1]), (params3, params),
+                 (adam3[0], adam[0]), (z3, z)]:
+        np.testing.assert_allclose(y, x, rtol=1e-12, atol=0)
+    # the restored chains' starts were evaluated again, the kept ones' were not
+    assert trainer.n_gradient_evals - before == new_trainer.n_gradient_evals - z.shape[0] // 2
+
+
+@pytest.mark.parametrize("dim", [2, 12])
+def test_training_proposals_are_the_integrators_trajectories(dim):
+    """Trainer.train's chains move to AugmentedLeapfrog.apply's proposals from their starts
+    with the momenta and directions drawn in one serial pass (or stay), as the Metropolis
+    step with the iteration's uniforms decides."""
+    trainer, target, params, z, masks = training_setup(dim=dim, chains=16, seed=2)
+    start = z.copy()
+    flow = AugmentedLeapfrog(dim, trainer.T, trainer.H, params.copy(), masks)
+    target.inverse_temperature = 1 / 4.0
+    draws = np.random.default_rng(8)
+    momenta = draws.standard_normal(z.shape)
+    directions = np.where(draws.random(z.shape[0]) < 0.5, 1, -1)
+    uniforms = draws.random(z.shape[0])
+    # loss_and_gradient's proposals (before the training's update of the weights)
+    _, _, _, proposals = trainer.loss_and_gradient(target, start, momenta, directions)
+    run_training(trainer, target, params, z, np.random.default_rng(8), 1, burnin_weight=0.0)
+    moved = 0
+    for b in range(z.shape[0]):
+        U0, _ = target.eval_potential_and_gradient(start[b])
+        x1, v1, log_jacobian, U1, diverged = flow.apply(target, start[b], momenta[b],
+                                                        int(directions[b]))
+        log_ratio = U0 + 0.5 * momenta[b] @ momenta[b] - U1 - 0.5 * v1 @ v1 + log_jacobian
+        accept = 0.0 if diverged else min(1.0, np.exp(log_ratio))
+        expected = x1 if uniforms[b] < accept else start[b]
+        # (the same numbers to rounding: from dim 8 the trainer sums the heads' products in
+        # another order)
+        np.testing.assert_allclose(z[b], expected, rtol=1e-12, atol=1e-13)
+        np.testing.assert_allclose(proposals[b], x1, rtol=1e-12, atol=1e-13)
+        moved += uniforms[b] < accept
+    assert moved > 0
