@@ -174,7 +174,7 @@ class L2HMC(Sampler):
         size = parameter_layout(dim, self.n_hidden)["size"]
         self._adam = (np.zeros(size), np.zeros(size), 0)
         self.history = {key: np.empty(0) for key in ("loss", "acceptance", "step_size",
-                                                     "temperature", "recovered_at")}
+                                                     "temperature", "recovered_at", "stopped_at")}
         # the training target's evaluations over all train() calls
         self.training_evals = {"gradient": 0, "hessian_vector": 0, "seconds": 0.0}
 
@@ -235,7 +235,8 @@ class L2HMC(Sampler):
 
     def train(self, n_iterations=5000, chains=200, rng=None, learning_rate=1e-3,
               decay_rate=0.96, decay_steps=1000, scale=0.1, burnin_weight=1.0, temperature=1.0,
-              init=None, burnin_mean=None, burnin_sd=None, target=None, progress=True):
+              init=None, burnin_mean=None, burnin_sd=None, target=None, patience=None,
+              progress=True):
         """Train the weights and the step size (Adam on the expected-squared-jump loss).
 
         Each iteration draws momenta and directions for ``chains`` chains, runs their
@@ -281,6 +282,12 @@ class L2HMC(Sampler):
             has one, else its target).
         progress : bool
             A progress bar with the loss (needs tqdm).
+        patience : int or None
+            Stop before ``n_iterations`` when the loss has stopped improving: the mean loss
+            of ``patience`` chunks in a row (a chunk is a hundredth of ``n_iterations``) was
+            not below the best chunk's by 1% of its magnitude, with the temperature at 1.
+            ``history["stopped_at"]`` holds the iteration (of all calls) where a call
+            stopped so. None (default): all ``n_iterations``.
 
         Returns
         -------
@@ -324,9 +331,12 @@ class L2HMC(Sampler):
         chunk = max(1, n_iterations // 100)
         started = time.perf_counter()
         bar = Progress(progress, n_iterations, "L2HMC training")
+        if patience is not None:
+            patience = check_integer(patience, "patience", minimum=1)
         done = skipped = 0
         best = None  # (mean loss, weights, Adam moments, chains) of the best healthy chunk
         recoveries = []
+        lowest, flat = math.inf, 0  # the best chunk's mean loss; chunks since it improved
         try:
             while done < n_iterations:
                 n = min(chunk, n_iterations - done)
@@ -354,6 +364,16 @@ class L2HMC(Sampler):
                 self._adam = (m, v, step)
                 bar.update(n, loss=f"{losses[done - 1]:.3g}",
                            accept=f"{acceptance[done - 1]:.2f}")
+                if lowest == math.inf or loss < lowest - 0.01 * abs(lowest):
+                    lowest, flat = loss, 0
+                else:
+                    flat += 1
+                if (patience is not None and flat >= patience
+                        and temperatures[done - 1] == 1.0 and done < n_iterations):
+                    stopped = len(self.history["loss"]) + done
+                    self.history["stopped_at"] = np.append(
+                        self.history.get("stopped_at", np.empty(0)), stopped)
+                    break
         finally:  # what was trained stays (also on Ctrl-C)
             bar.close()
             self.training_evals["gradient"] += trainer.n_gradient_evals

@@ -748,3 +748,20 @@ def test_training_proposals_are_the_integrators_trajectories(dim):
         np.testing.assert_allclose(proposals[b], x1, rtol=1e-12, atol=1e-13)
         moved += uniforms[b] < accept
     assert moved > 0
+
+
+def test_training_stops_when_the_loss_stops_improving():
+    import rnshmc
+    model = rnshmc.models.correlated_gaussian_2d()
+    l2 = rnshmc.L2HMC(model).train(3000, chains=10, rng=1, patience=3, progress=False)
+    stopped = int(l2.history["stopped_at"][0])
+    assert len(l2.history["loss"]) == stopped < 3000
+    chunk = 30
+    means = l2.history["loss"].reshape(-1, chunk).mean(axis=1)
+    best_before = means[:-3].min()
+    assert np.all(means[-3:] >= best_before - 0.01 * abs(best_before))  # three flat chunks
+    # without patience every iteration runs
+    again = rnshmc.L2HMC(model).train(300, chains=10, rng=1, progress=False)
+    assert len(again.history["loss"]) == 300 and again.history["stopped_at"].size == 0
+    with pytest.raises(ValueError, match="patience"):
+        rnshmc.L2HMC(model).train(10, chains=2, rng=1, patience=0, progress=False)
