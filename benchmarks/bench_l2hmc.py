@@ -127,7 +127,11 @@ def toy_section(args):
         l2 = train_l2hmc(model, args)
         train_seconds = time.perf_counter() - start
         training = l2.training_evals["gradient"] + l2.training_evals["hessian_vector"]
-        result, note = quietly(l2.sample, **kwargs)
+        try:
+            result, note = quietly(l2.sample, **kwargs)
+        except ValueError as refused:  # (weights whose training chains accept nothing)
+            print(f"  L2HMC (trained): refused to sample: {refused}", flush=True)
+            continue
         l2_result = result
         rows["L2HMC"] = sampling_row(result, training, variance)
         print_row("L2HMC (trained)", rows["L2HMC"], train_seconds + sum(result.timings.values()),
