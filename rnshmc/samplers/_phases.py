@@ -861,6 +861,15 @@ def mean_jump(samples, scale):
     return float(np.mean(np.sum(np.diff(samples, axis=0) ** 2 / scale, axis=1)))
 
 
+def jump_reference(samples):
+    """(scale, jump) of a chain's ``samples``: each coordinate's variance (1 where it is 0),
+    and the mean squared jump between consecutive samples scaled by it (the trust watch's
+    reference for how far a chain moves)."""
+    variance = samples.var(axis=0)
+    scale = np.where(variance > 0, variance, 1.0)
+    return scale, mean_jump(samples, scale)
+
+
 def exploration_covariance(exploration, states):
     """The covariance of the chains' training-window states (pooled)."""
     samples = np.concatenate([s.outputs[exploration.name]["samples"][exploration.window(s)]
@@ -980,10 +989,8 @@ class SurrogateFit(Phase):
         fit = state.parts["fit"]
         fit.exploration_acceptance_rate = rate
         fit.explore_step_size = float(state.kernel["step_size"])
-        window = state.outputs[self.exploration.name]["samples"][self.exploration.window(state)]
-        variance = window.var(axis=0)
-        fit.jump_scale = np.where(variance > 0, variance, 1.0)
-        fit.exploration_jump = mean_jump(window, fit.jump_scale)
+        fit.jump_scale, fit.exploration_jump = jump_reference(
+            state.outputs[self.exploration.name]["samples"][self.exploration.window(state)])
         state.parts["dynamics"] = DynamicsState()
         state.evals[self.name] = [0, 0]
         self.kernel(run, self, fit)

@@ -16,7 +16,7 @@ from ..surrogate import RandomNetworkSurrogate
 from ..targets import as_ctarget, target_dim
 from ..validation import check_integer, check_real, moved_arguments, user_stacklevel
 from ._base import Sampler
-from ._phases import (DynamicsState, FitState, Phase, euclidean_chain, mean_jump,
+from ._phases import (DynamicsState, FitState, Phase, euclidean_chain, jump_reference,
                       sampling_evals, start_where_finite)
 from ._progress import Progress
 from .rns import RNSHMC, trust_watch, warn_about_trust_events
@@ -498,11 +498,17 @@ class L2HMC(Sampler):
         self._check_not_collapsed()
         return [["warmup", tune], ["sampling", draws]]
 
+    def _final_training_acceptance(self):
+        """The training chains' acceptance over the last hundredth of training (at least its
+        last 10 iterations; empty before any)."""
+        acceptance = self.history["acceptance"]
+        return acceptance[-max(10, len(acceptance) // 100):]
+
     def _check_not_collapsed(self):
         """Refuse weights whose training chains accepted almost nothing at the end of
         training: they would hand back chains that never move."""
         acceptance = self.history["acceptance"]
-        recent = acceptance[-max(10, len(acceptance) // 100):]
+        recent = self._final_training_acceptance()
         if recent.size and recent.mean() < COLLAPSED_ACCEPTANCE:
             raise ValueError(
                 f"L2HMC: the trained weights accepted {recent.mean():.3f} of the training "
@@ -555,15 +561,12 @@ class L2HMC(Sampler):
         """What the trust watch compares a sampling window with (see ``trust``): the training
         chains' final acceptance on the surrogate, the exploration's moves (scaled by its
         states' variances, in z) after :meth:`with_surrogate`, and the fallback's step size."""
-        acceptance = self.history["acceptance"]
-        recent = acceptance[-max(10, len(acceptance) // 100):]
+        recent = self._final_training_acceptance()
         fit = FitState(surrogate_acceptance_rate=float(recent.mean()) if recent.size
                        else np.nan, explore_step_size=self._initial_step_size)
         if self.exploration is not None:
-            states = (np.asarray(self.exploration["states"]) - self.shift) / self.scale
-            variance = states.var(axis=0)
-            fit.jump_scale = np.where(variance > 0, variance, 1.0)
-            fit.exploration_jump = mean_jump(states, fit.jump_scale)
+            fit.jump_scale, fit.exploration_jump = jump_reference(
+                (np.asarray(self.exploration["states"]) - self.shift) / self.scale)
         return fit
 
     def report(self, result, states):
