@@ -8,6 +8,7 @@ import pytest
 
 import rnshmc
 
+from rnshmc import papers
 from rnshmc._kernels._chain import TRANSITION
 from rnshmc._kernels._l2hmc import AugmentedLeapfrog, parameter_layout
 from rnshmc._kernels._metrics import EuclideanMetric
@@ -15,8 +16,8 @@ from rnshmc._kernels._transition import Chain
 from rnshmc.models import Gaussian
 from rnshmc.targets import as_ctarget
 
-from testkit import (check_deprecated_spelling, correlated_gaussian, covariance_within_mcse,
-                     mean_within_mcse)
+from testkit import (batch_means_within_mcse, check_deprecated_spelling, correlated_gaussian,
+                     covariance_within_mcse, mean_within_mcse)
 
 
 def gaussian(dim, seed=0):
@@ -340,6 +341,59 @@ def test_trained_sampler_is_exact(seed, trained_on_correlated):
     assert np.all(np.abs(z) < tol), z
     z, tol = covariance_within_mcse(res.samples, model.mean, cov)
     assert np.all(np.abs(z) < tol), z
+
+
+def rough_well_variance(model):
+    """Var q_i of the rough well: its density factorises over the coordinates, so one
+    1-d sum on a grid fine against the ripples (period 2 pi eta or 2 pi eta^2)."""
+    x = np.linspace(-12.0, 12.0, 2_000_001)
+    period = model.eta if model.ripple == "paper" else model.eta ** 2
+    weight = np.exp(-(0.5 * x * x + model.eta * np.cos(x / period)))
+    return float(weight @ (x * x) / weight.sum())
+
+
+# The paper's four toy energies, each trained briefly with the paper's sampler settings: the
+# ICG at lambda 10 (at the reference lambda 0.1 training collapses), the mixture the whole
+# reference training with the temperature annealed, so that it switches modes. Each returns
+# the model, the true means and the true variances.
+FOUR_ENERGIES = {
+    "correlated": (lambda: papers.L2HMC_TARGETS["correlated"][1](), dict(n_iterations=500)),
+    "ill": (lambda: papers.L2HMC_TARGETS["ill"][1](), dict(n_iterations=500, scale=10.0)),
+    "rough": (lambda: papers.L2HMC_TARGETS["rough"][1](), dict(n_iterations=500)),
+    "mixture": (lambda: papers.L2HMC_MIXTURE["model"](),
+                dict(n_iterations=5000, chains=200,
+                     temperature=papers.L2HMC_MIXTURE["temperature"])),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("energy", list(FOUR_ENERGIES))
+def test_trained_sampler_is_exact_on_the_papers_four_energies(energy):
+    """Means and variances within Monte Carlo error (batch means: the trained maps of the
+    mixture and the ICG are near antithetic) for two sampling seeds."""
+    make, training = FOUR_ENERGIES[energy]
+    model = make()
+    if energy == "rough":
+        mean, variance = np.zeros(model.dim), np.full(model.dim, rough_well_variance(model))
+    else:
+        mean, variance = model.mean, np.diag(model.covariance)
+    sampler = papers.l2hmc(model).initialize(0)
+    sampler.train(**{"chains": 100, **training}, rng=1, progress=False)
+    draws = 20000 if energy == "ill" else 4000  # the ICG's widest coordinate mixes slowly
+    for seed in (0, 1):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", rnshmc.diagnostics.SamplingWarning)
+            res = sampler.sample(draws, tune=200, chains=4, rng=seed, progress=False)
+        assert 0.2 < res.acceptance_rate.mean() < 0.99
+        z, tol = batch_means_within_mcse(res.samples, mean)
+        assert np.all(np.abs(z) < tol), (seed, "mean", z)
+        z, tol = batch_means_within_mcse((res.samples - mean) ** 2, variance)
+        assert np.all(np.abs(z) < tol), (seed, "variance", z)
+        if energy == "mixture":  # half the time in each mode, and every chain switches
+            in_right_mode = (res.samples[..., :1] > 0).astype(float)
+            z, tol = batch_means_within_mcse(in_right_mode, 0.5)
+            assert abs(z[0]) < tol, (seed, "mode", z)
+            assert np.all(np.abs(in_right_mode.mean(axis=(1, 2)) - 0.5) < 0.2)
 
 
 def test_saved_weights_reload_to_identical_draws(tmp_path, trained_on_correlated):
