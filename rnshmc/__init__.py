@@ -15,12 +15,13 @@ from .samplers import (ARNSHMC, HMC, L2HMC, RMHMC, RNSHMC, RNSRMHMC, AdaptiveMet
                        GradientFreeRNSHMC)
 from .serve import serve_surrogate
 from .surrogate import RandomNetworkSurrogate
+from .gaussian_process import GaussianProcessSurrogate
 from .targets import Target
 from .auto import sample
 
 __version__ = "0.1.0"
 
 __all__ = ["sample", "HMC", "RNSHMC", "ARNSHMC", "RMHMC", "RNSRMHMC", "L2HMC", "GradientFreeRNSHMC",
-           "AdaptiveMetropolis", "RandomNetworkSurrogate", "serve_surrogate", "Target", "SampleResult", "load", "ChainState", "resume",
+           "AdaptiveMetropolis", "RandomNetworkSurrogate", "GaussianProcessSurrogate", "serve_surrogate", "Target", "SampleResult", "load", "ChainState", "resume",
            "models", "datasets", "diagnostics", "fem",
            "__version__"]

@@ -12,7 +12,7 @@ from ._kernels._online import OnlineLeastSquares
 from ._kernels._surrogate import NetworkTarget, hidden_layer
 from .parallel import blas_limits
 
-__all__ = ["RandomNetworkSurrogate"]
+__all__ = ["Surrogate", "RandomNetworkSurrogate", "surrogate_from_state"]
 
 # the explicitly stacked least-squares system of the rank-revealing fallback is used while it
 # stays below this many entries; beyond, the fallback works on the normal equations
@@ -76,7 +76,124 @@ def gradient_flops(dim, n_hidden, whiten=True):
     return 4.0 * n_hidden * dim + 20.0 * n_hidden + (2.0 * dim * dim if whiten else 0.0)
 
 
-class RandomNetworkSurrogate:
+class Surrogate:
+    """What every surrogate of a potential shares: validation of training data, the whitening
+    transform, and evaluation through its fitted C-level target (``self._ctarget``).
+
+    A subclass sets ``kind`` (the name its saved state carries: :func:`surrogate_from_state`
+    rebuilds it), implements ``fit``, ``get_state`` and ``from_state``, and says what it
+    supports: ``online`` updates (:meth:`RandomNetworkSurrogate.partial_fit`, ARNS-HMC),
+    ``fits_gradients`` (gradient observations in the fit), ``hessian_metric`` (RNS-RMHMC).
+    """
+
+    kind = None
+    kinds = {}  # kind -> class, filled as the subclasses are defined
+    supports_online = False
+    fits_gradients = False
+    has_hessian_metric = False
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if cls.kind is not None:
+            Surrogate.kinds[cls.kind] = cls
+
+    def _check_training_data(self, Q, t, gradients):
+        Q = _real_array(Q, "Q", contiguous=True)
+        t = _real_array(t, "t")
+        if Q.ndim != 2 or Q.shape[1] != self.dim or Q.shape[0] < 1:
+            raise ValueError(f"Q must have shape (N, {self.dim}) with N >= 1, got {Q.shape}")
+        if t.shape != (Q.shape[0],):
+            raise ValueError(f"t must have shape ({Q.shape[0]},), got {t.shape}")
+        if not (np.all(np.isfinite(Q)) and np.all(np.isfinite(t))):
+            raise ValueError("training inputs and targets must be finite")
+        G = None
+        if gradients is not None:
+            G = _real_array(gradients, "gradients", contiguous=True)
+            if G.shape != Q.shape:
+                raise ValueError(f"gradients must have shape {Q.shape}, got {G.shape}")
+            if not np.all(np.isfinite(G)):
+                raise ValueError("gradients must be finite")
+        return Q, t, G
+
+    def _input_transform(self, Q):
+        """(mean, lower Cholesky factor of the covariance) of the inputs."""
+        # used to whiten the inputs, and (without whitening) as the gradient misfits' metric
+        purpose, remedy = (("whitening", "use whiten=False or more distinct points")
+                           if self.whiten else
+                           ("scaling the gradient misfits by it",
+                            "fit without gradients or with more distinct points"))
+        if Q.shape[0] < 2:
+            raise ValueError(f"the training inputs' covariance needs at least two points: "
+                             f"{purpose} is impossible; {remedy}")
+        mean = Q.mean(axis=0)
+        with np.errstate(over="ignore", invalid="ignore"):  # reported below, as a ValueError
+            cov = np.atleast_2d(np.cov(Q, rowvar=False))
+        trace = np.trace(cov)
+        if not np.all(np.isfinite(cov)):
+            raise ValueError(f"the training inputs' covariance overflows float64 (inputs up to "
+                             f"{np.abs(Q).max():.3g}): {purpose} is impossible; rescale them")
+        identical = bool(np.all(Q == Q[0]))
+        if identical or not trace > 0:
+            # A zero covariance would leave only the absolute jitter below: a factor ~1e-150
+            # that blows the mean's rounding errors up into inputs ~1e133 (NaN RBF weights).
+            why = f"all {Q.shape[0]} points are identical" if identical else "it underflows"
+            raise ValueError(f"the training inputs have a singular covariance ({why}): "
+                             f"{purpose} is impossible; {remedy}")
+        # a small jitter keeps the factor defined for degenerate histories (few distinct points)
+        cov += np.eye(self.dim) * (1e-10 * trace / self.dim + 1e-300)
+        try:
+            L = np.linalg.cholesky(cov)
+        except np.linalg.LinAlgError:
+            raise ValueError("the training inputs' covariance is singular: cannot whiten them "
+                             "or scale gradient misfits (use more distinct training points)"
+                             ) from None
+        return mean, L
+
+    @property
+    def fitted(self):
+        """Whether ``fit`` has been called."""
+        return self._ctarget is not None
+
+    def _target(self):
+        if self._ctarget is None:
+            raise RuntimeError("the surrogate is not fitted: call fit(Q, t) first")
+        return self._ctarget
+
+    def potential(self, q):
+        """Surrogate potential z(q) at ``q`` (ndarray of shape (dim,))."""
+        return self._target().eval_potential(q)
+
+    def gradient(self, q):
+        """Gradient of z at ``q``: ndarray of shape (dim,)."""
+        return self._target().eval_gradient(q)
+
+    def potential_and_gradient(self, q):
+        """(z(q), grad z(q))."""
+        return self._target().eval_potential_and_gradient(q)
+
+    def hessian(self, q):
+        """Hessian of z at ``q``: ndarray of shape (dim, dim)."""
+        return self._target().hessian(q)
+
+    def predict(self, Q):
+        """z at each row of ``Q`` (ndarray of shape (N, dim)): ndarray of shape (N,)."""
+        target = self._target()
+        Q = np.ascontiguousarray(Q, dtype=np.float64)
+        if Q.ndim != 2 or Q.shape[1] != self.dim:
+            raise ValueError(f"Q must have shape (N, {self.dim}), got {Q.shape}")
+        return target.predict(Q)
+
+    def log_density(self, q):
+        """-z(q): the surrogate in the log-density convention."""
+        return -self.potential(q)
+
+    def log_density_gradient(self, q):
+        """(-z(q), -grad z(q))."""
+        U, grad = self.potential_and_gradient(q)
+        return -U, -grad
+
+
+class RandomNetworkSurrogate(Surrogate):
     """A one-hidden-layer network with random hidden units and fitted output weights.
 
     z(q) = sum_i v_i a(q; gamma_i) + c: the hidden units gamma_i are drawn at random once and
@@ -146,6 +263,11 @@ class RandomNetworkSurrogate:
     GIL (two matrix-vector products and one pass over the hidden units, into preallocated
     scratch).
     """
+
+    kind = "random_network"
+    supports_online = True
+    fits_gradients = True
+    has_hessian_metric = True  # (additive units with a softplus, sigmoid or tanh activation)
 
     def __init__(self, dim, n_hidden=1000, nodes="additive", activation="softplus", ridge=1e-6,
                  weight_scale=None, whiten=False, rng=None):
@@ -427,58 +549,6 @@ class RandomNetworkSurrogate:
         self._ctarget.set_output_weights(v, offset)
         self.output_weights, self.offset_ = v, offset
 
-    def _check_training_data(self, Q, t, gradients):
-        Q = _real_array(Q, "Q", contiguous=True)
-        t = _real_array(t, "t")
-        if Q.ndim != 2 or Q.shape[1] != self.dim or Q.shape[0] < 1:
-            raise ValueError(f"Q must have shape (N, {self.dim}) with N >= 1, got {Q.shape}")
-        if t.shape != (Q.shape[0],):
-            raise ValueError(f"t must have shape ({Q.shape[0]},), got {t.shape}")
-        if not (np.all(np.isfinite(Q)) and np.all(np.isfinite(t))):
-            raise ValueError("training inputs and targets must be finite")
-        G = None
-        if gradients is not None:
-            G = _real_array(gradients, "gradients", contiguous=True)
-            if G.shape != Q.shape:
-                raise ValueError(f"gradients must have shape {Q.shape}, got {G.shape}")
-            if not np.all(np.isfinite(G)):
-                raise ValueError("gradients must be finite")
-        return Q, t, G
-
-    def _input_transform(self, Q):
-        """(mean, lower Cholesky factor of the covariance) of the inputs."""
-        # used to whiten the inputs, and (without whitening) as the gradient misfits' metric
-        purpose, remedy = (("whitening", "use whiten=False or more distinct points")
-                           if self.whiten else
-                           ("scaling the gradient misfits by it",
-                            "fit without gradients or with more distinct points"))
-        if Q.shape[0] < 2:
-            raise ValueError(f"the training inputs' covariance needs at least two points: "
-                             f"{purpose} is impossible; {remedy}")
-        mean = Q.mean(axis=0)
-        with np.errstate(over="ignore", invalid="ignore"):  # reported below, as a ValueError
-            cov = np.atleast_2d(np.cov(Q, rowvar=False))
-        trace = np.trace(cov)
-        if not np.all(np.isfinite(cov)):
-            raise ValueError(f"the training inputs' covariance overflows float64 (inputs up to "
-                             f"{np.abs(Q).max():.3g}): {purpose} is impossible; rescale them")
-        identical = bool(np.all(Q == Q[0]))
-        if identical or not trace > 0:
-            # A zero covariance would leave only the absolute jitter below: a factor ~1e-150
-            # that blows the mean's rounding errors up into inputs ~1e133 (NaN RBF weights).
-            why = f"all {Q.shape[0]} points are identical" if identical else "it underflows"
-            raise ValueError(f"the training inputs have a singular covariance ({why}): "
-                             f"{purpose} is impossible; {remedy}")
-        # a small jitter keeps the factor defined for degenerate histories (few distinct points)
-        cov += np.eye(self.dim) * (1e-10 * trace / self.dim + 1e-300)
-        try:
-            L = np.linalg.cholesky(cov)
-        except np.linalg.LinAlgError:
-            raise ValueError("the training inputs' covariance is singular: cannot whiten them "
-                             "or scale gradient misfits (use more distinct training points)"
-                             ) from None
-        return mean, L
-
     def _features_of(self, like, with_gradients):
         """(whitening mean, whitening factor, gradient metric, hidden units) of the fitted
         surrogate ``like``: the hidden units are (input weights, biases) or RBF (centres,
@@ -624,32 +694,6 @@ class RandomNetworkSurrogate:
     # ------------------------------------------------------------------------------------------
     # evaluation
 
-    @property
-    def fitted(self):
-        """Whether ``fit`` has been called."""
-        return self._ctarget is not None
-
-    def _target(self):
-        if self._ctarget is None:
-            raise RuntimeError("the surrogate is not fitted: call fit(Q, t) first")
-        return self._ctarget
-
-    def potential(self, q):
-        """Surrogate potential z(q) at ``q`` (ndarray of shape (dim,))."""
-        return self._target().eval_potential(q)
-
-    def gradient(self, q):
-        """Gradient of z at ``q``: ndarray of shape (dim,)."""
-        return self._target().eval_gradient(q)
-
-    def potential_and_gradient(self, q):
-        """(z(q), grad z(q))."""
-        return self._target().eval_potential_and_gradient(q)
-
-    def hessian(self, q):
-        """Hessian of z at ``q``: ndarray of shape (dim, dim)."""
-        return self._target().hessian(q)
-
     def hessian_metric(self, diagonal=False, softabs=0.0):
         """The Hessian of z as a Riemannian metric (with its derivative terms) for the
         generalized leapfrog: a new object (one per chain).
@@ -683,23 +727,6 @@ class RandomNetworkSurrogate:
                                      softabs=0.0 if softabs is None else softabs,
                                      description="the surrogate's Hessian")
 
-    def predict(self, Q):
-        """z at each row of ``Q`` (ndarray of shape (N, dim)): ndarray of shape (N,)."""
-        target = self._target()
-        Q = np.ascontiguousarray(Q, dtype=np.float64)
-        if Q.ndim != 2 or Q.shape[1] != self.dim:
-            raise ValueError(f"Q must have shape (N, {self.dim}), got {Q.shape}")
-        return target.predict(Q)
-
-    def log_density(self, q):
-        """-z(q): the surrogate in the log-density convention."""
-        return -self.potential(q)
-
-    def log_density_gradient(self, q):
-        """(-z(q), -grad z(q))."""
-        U, grad = self.potential_and_gradient(q)
-        return -U, -grad
-
     def __repr__(self):
         state = f"fitted on {self.n_train_} points" if self.fitted else "not fitted"
         return (f"RandomNetworkSurrogate(dim={self.dim}, n_hidden={self.n_hidden}, "
@@ -723,6 +750,7 @@ class RandomNetworkSurrogate:
         """
         state = {key: value for key, value in vars(self).items()
                  if key not in ("_rng", "_ctarget", "_online", "_fit_layer", "_fit_gradient")}
+        state["kind"] = self.kind
         if self._ctarget is not None:
             state["network"] = list(self._ctarget.__reduce__()[1])
         if online and getattr(self, "_online", None) is not None:
@@ -738,6 +766,7 @@ class RandomNetworkSurrogate:
         from ._kernels._online import _rebuild
         surrogate = cls.__new__(cls)
         state = dict(state)
+        state.pop("kind", None)
         network = state.pop("network", None)
         online = state.pop("online", None)
         surrogate.__dict__.update(state)
@@ -753,3 +782,24 @@ class RandomNetworkSurrogate:
             surrogate._fit_gradient = (None if online["fit_gradient"] is None
                                        else tuple(online["fit_gradient"]))
         return surrogate
+
+
+def surrogate_from_state(state):
+    """Rebuild a surrogate of any kind from its ``get_state()`` (a state without a kind was
+    saved by a random network).
+
+    Parameters
+    ----------
+    state : dict
+
+    Returns
+    -------
+    Surrogate
+    """
+    kind = state.get("kind", RandomNetworkSurrogate.kind)
+    if isinstance(kind, np.ndarray):  # (a saved string may come back as a 0-d array)
+        kind = str(kind)
+    if kind not in Surrogate.kinds:
+        raise ValueError(f"unknown surrogate kind {kind!r} in a saved state (known: "
+                         f"{sorted(Surrogate.kinds)})")
+    return Surrogate.kinds[kind].from_state(state)

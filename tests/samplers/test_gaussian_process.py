@@ -1,0 +1,232 @@
+"""Gaussian-process surrogates: the full GP's and FITC's predictive means and gradients against
+NumPy references of the formulas of the RNS paper's section 3.3 (and scikit-learn where
+installed), the log marginal likelihoods' gradients against finite differences, the paper's
+equivalence with RBF networks fitted by (weighted) regularised least squares, and saved
+states."""
+import numpy as np
+import pytest
+from scipy import stats
+
+import rnshmc
+from rnshmc.gaussian_process import (fitc_log_marginal_likelihood,
+                                     full_log_marginal_likelihood)
+from rnshmc.surrogate import surrogate_from_state
+
+
+def data(seed=0, n=40, dim=3):
+    rng = np.random.default_rng(seed)
+    Q = rng.standard_normal((n, dim))
+    t = 0.5 * np.sum(Q ** 2, axis=1) + 0.3 * np.sin(2 * Q[:, 0]) + 2.0
+    return Q, t, rng.standard_normal((7, dim))
+
+
+def se_kernel(A, B, signal, lengths):
+    diff = (A[:, None, :] - B[None, :, :]) / lengths
+    return signal ** 2 * np.exp(-0.5 * np.sum(diff ** 2, axis=-1))
+
+
+def finite_differences(f, x, h=1e-6):
+    """Central differences of f (scalar or vector valued) along each entry of x: an array of
+    x's shape (scalar f) or of shape (x.size, len(f)) (vector f, a Jacobian's rows)."""
+    columns = []
+    for i in range(x.size):
+        e = np.zeros_like(x)
+        e.flat[i] = h
+        columns.append((np.asarray(f(x + e)) - np.asarray(f(x - e))) / (2 * h))
+    columns = np.array(columns)
+    return columns.reshape(x.shape) if columns.ndim == 1 else columns
+
+
+HYPER = dict(signal_sd=1.7, lengthscale=np.array([0.9, 1.3, 1.1]), noise_sd=0.05)
+
+
+def test_full_gp_mean_and_gradient_match_numpy():
+    Q, t, test = data()
+    gp = rnshmc.GaussianProcessSurrogate(3, whiten=False, **HYPER).fit(Q, t)
+    s, l, sn = HYPER["signal_sd"], HYPER["lengthscale"], HYPER["noise_sd"]
+    mu = t.mean()
+    K = se_kernel(Q, Q, s, l) + (sn ** 2 + 1e-8 * s ** 2) * np.eye(len(Q))
+    alpha = np.linalg.solve(K, t - mu)
+    expected = mu + se_kernel(test, Q, s, l) @ alpha
+    np.testing.assert_allclose(gp.predict(test), expected, rtol=1e-10, atol=1e-10)
+    for q in test[:3]:
+        k = se_kernel(q[None], Q, s, l)[0]
+        grad = -((q - Q) / l ** 2 * (k * alpha)[:, None]).sum(axis=0)
+        np.testing.assert_allclose(gp.gradient(q), grad, rtol=1e-9, atol=1e-10)
+        np.testing.assert_allclose(gp.hessian(q), finite_differences(gp.gradient, q),
+                                   rtol=1e-5, atol=1e-6)
+    assert gp.n_hidden == len(Q) and gp.fit_residual_ < 0.05
+
+
+def test_full_gp_matches_scikit_learn():
+    gaussian_process = pytest.importorskip("sklearn.gaussian_process")
+    kernels = gaussian_process.kernels
+    Q, t, test = data(1)
+    s, l, sn = HYPER["signal_sd"], HYPER["lengthscale"], HYPER["noise_sd"]
+    gp = rnshmc.GaussianProcessSurrogate(3, whiten=False, **HYPER).fit(Q, t)
+    reference = gaussian_process.GaussianProcessRegressor(
+        kernels.ConstantKernel(s ** 2, "fixed") * kernels.RBF(l, "fixed"),
+        alpha=sn ** 2 + 1e-8 * s ** 2, optimizer=None).fit(Q, t - t.mean())
+    np.testing.assert_allclose(gp.predict(test), reference.predict(test) + t.mean(), rtol=1e-9)
+    lml, _ = full_log_marginal_likelihood(Q, t - t.mean(), s, l, sn)
+    assert lml == pytest.approx(reference.log_marginal_likelihood_value_, rel=1e-9)
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_log_marginal_likelihood_gradients_match_finite_differences(sparse):
+    Q, t, _ = data(2, n=30)
+    y = t - t.mean()
+    Z = Q[:8] + 0.05
+    theta = np.array([0.3, -0.1, 0.2, 0.05, np.log(0.1)])
+
+    def lml(theta, Z=Z):
+        s, l, sn = np.exp(theta[0]), np.exp(theta[1:4]), np.exp(theta[4])
+        if sparse:
+            return fitc_log_marginal_likelihood(Q, Z, y, s, l, sn, gradient=True,
+                                                inducing_gradient=True)
+        return full_log_marginal_likelihood(Q, y, s, l, sn, gradient=True)
+
+    _, grads = lml(theta)
+    analytic = np.concatenate([[grads["signal"]], grads["lengths"], [grads["noise"]]])
+    numeric = finite_differences(lambda x: lml(x)[0], theta)
+    np.testing.assert_allclose(analytic, numeric, rtol=1e-5, atol=1e-6)
+    if sparse:
+        numeric = finite_differences(lambda z: lml(theta, z)[0], Z)
+        np.testing.assert_allclose(grads["inducing"], numeric, rtol=1e-5, atol=1e-6)
+
+
+def fitc_reference(Q, Z, t, mu, s, l, sn):
+    """Section 3.3's FITC, with dense N x N matrices: the predictive weights
+    Sigma_M^-1 K_MN (A + sigma^2 I)^-1 (t - mu) and the log density of t - mu under
+    N(0, K_NM K_M^-1 K_MN + A + sigma^2 I), A = diag(K_N - K_NM K_M^-1 K_MN)."""
+    KM = se_kernel(Z, Z, s, l) + 1e-8 * s ** 2 * np.eye(len(Z))
+    KNM = se_kernel(Q, Z, s, l)
+    Qn = KNM @ np.linalg.solve(KM, KNM.T)
+    A = np.diag(np.diag(se_kernel(Q, Q, s, l) - Qn))
+    D = A + sn ** 2 * np.eye(len(Q))
+    SigmaM = KM + KNM.T @ np.linalg.solve(D, KNM)
+    weights = np.linalg.solve(SigmaM, KNM.T @ np.linalg.solve(D, t - mu))
+    lml = stats.multivariate_normal(np.zeros(len(Q)), Qn + D).logpdf(t - mu)
+    return weights, lml, KNM, KM, D
+
+
+def test_fitc_matches_the_papers_formulas():
+    Q, t, test = data(3, n=50)
+    gp = rnshmc.GaussianProcessSurrogate(3, whiten=False, sparse=True, n_inducing=9, rng=0,
+                                         **HYPER).fit(Q, t)
+    Z = gp.centres_
+    assert Z.shape == (9, 3) and all(any(np.array_equal(z, q) for q in Q) for z in Z)
+    s, l, sn = HYPER["signal_sd"], HYPER["lengthscale"], HYPER["noise_sd"]
+    weights, lml, *_ = fitc_reference(Q, Z, t, t.mean(), s, l, sn)
+    np.testing.assert_allclose(gp.predict(test), t.mean() + se_kernel(test, Z, s, l) @ weights,
+                               rtol=1e-8)
+    assert gp.log_marginal_likelihood_ == pytest.approx(lml, rel=1e-8)
+
+
+def test_rbf_networks_fitted_by_least_squares_give_the_gp_means():
+    """Sec. 3.3: centres at the inducing points, the weighted regularised least squares
+    min |D^-1/2 (H v - t)|^2 + v^T K_M v gives FITC's mean; centres at the training points,
+    min |H v - t|^2 + sigma^2 v^T K_N v gives the full GP's. Solved here as stacked
+    least-squares problems, not by the GP's formulas."""
+    Q, t, test = data(4, n=45)
+    s, l, sn = HYPER["signal_sd"], HYPER["lengthscale"], HYPER["noise_sd"]
+    y = t - t.mean()
+    fitc = rnshmc.GaussianProcessSurrogate(3, whiten=False, sparse=True, n_inducing=10, rng=1,
+                                           **HYPER).fit(Q, t)
+    Z = fitc.centres_
+    _, _, H, KM, D = fitc_reference(Q, Z, t, t.mean(), s, l, sn)
+    root = np.linalg.cholesky(KM).T  # v^T K_M v = |root v|^2
+    d = 1 / np.sqrt(np.diag(D))
+    v = np.linalg.lstsq(np.vstack([d[:, None] * H, root]),
+                        np.concatenate([d * y, np.zeros(len(Z))]), rcond=None)[0]
+    np.testing.assert_allclose(fitc.predict(test), t.mean() + se_kernel(test, Z, s, l) @ v,
+                               rtol=1e-7)
+
+    full = rnshmc.GaussianProcessSurrogate(3, whiten=False, **HYPER).fit(Q, t)
+    KN = se_kernel(Q, Q, s, l) + 1e-8 * s ** 2 * np.eye(len(Q))
+    root = np.linalg.cholesky(KN).T
+    v = np.linalg.lstsq(np.vstack([KN, sn * root]), np.concatenate([y, np.zeros(len(Q))]),
+                        rcond=None)[0]
+    np.testing.assert_allclose(full.predict(test), t.mean() + se_kernel(test, Q, s, l) @ v,
+                               rtol=1e-6)
+
+
+@pytest.mark.parametrize("options", [dict(), dict(lengthscale="shared"),
+                                     dict(sparse=True, n_inducing=20),
+                                     dict(sparse=True, n_inducing=8, optimize_inducing=True)])
+def test_fitted_hyperparameters_raise_the_marginal_likelihood(options):
+    Q, t, test = data(5, n=60)
+    gp = rnshmc.GaussianProcessSurrogate(3, rng=0, **options).fit(Q, t)
+    start = rnshmc.GaussianProcessSurrogate(3, rng=0, **options)
+    # the starting values (:meth:`_initial_hyper`): the targets' sd, the inputs' sds, 1% noise
+    X = np.linalg.solve(gp.input_factor_, (Q - gp.input_mean_).T).T
+    sd = X.std(axis=0)
+    lengths = np.full(3, sd.mean()) if options.get("lengthscale") == "shared" else sd
+    y_sd = t.std()
+    initial, _ = gp.log_marginal_likelihood(Q, t, y_sd, lengths, 0.01 * y_sd)
+    if options.get("optimize_inducing"):  # moved, to a higher likelihood than when kept
+        assert not any(np.array_equal(z, x) for z in gp.centres_ for x in X)
+        kept = rnshmc.GaussianProcessSurrogate(3, rng=0, sparse=True,
+                                               n_inducing=options["n_inducing"]).fit(Q, t)
+        assert gp.log_marginal_likelihood_ > kept.log_marginal_likelihood_
+    else:
+        assert gp.log_marginal_likelihood_ > initial + 1.0
+    assert start.fitted is False
+    assert gp.fit_residual_ < (0.25 if options.get("sparse") else 0.1) * t.std()
+    truth = 0.5 * np.sum(test ** 2, axis=1) + 0.3 * np.sin(2 * test[:, 0]) + 2.0
+    assert np.sqrt(np.mean((gp.predict(test) - truth) ** 2)) < 0.5 * truth.std()
+    if options.get("lengthscale") == "shared":
+        assert np.ptp(gp.lengthscales_) == 0
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_saved_state_predicts_identically(sparse, tmp_path):
+    Q, t, test = data(6)
+    gp = rnshmc.GaussianProcessSurrogate(3, sparse=sparse, n_inducing=12, rng=0).fit(Q, t)
+    state = gp.get_state()
+    assert state["kind"] == "gaussian_process"
+    np.savez(tmp_path / "gp.npz", **{k: np.asarray(v, dtype=object) if isinstance(v, list)
+                                     else v for k, v in state.items() if v is not None})
+    rebuilt = surrogate_from_state(state)
+    assert isinstance(rebuilt, rnshmc.GaussianProcessSurrogate)
+    np.testing.assert_array_equal(rebuilt.predict(test), gp.predict(test))
+    np.testing.assert_array_equal(rebuilt.gradient(test[0]), gp.gradient(test[0]))
+    network = rnshmc.RandomNetworkSurrogate(3, n_hidden=20, rng=0).fit(Q, t)
+    assert isinstance(surrogate_from_state(network.get_state()), rnshmc.RandomNetworkSurrogate)
+    with pytest.raises(ValueError, match="unknown surrogate kind"):
+        surrogate_from_state(dict(state, kind="spline"))
+
+
+def test_refit_like_keeps_the_hyperparameters():
+    Q, t, test = data(7)
+    gp = rnshmc.GaussianProcessSurrogate(3, rng=0).fit(Q, t)
+    again = rnshmc.GaussianProcessSurrogate(3, rng=1).fit(Q[:30], t[:30], like=gp)
+    assert again.signal_sd_ == gp.signal_sd_ and again.optimize_time_ == 0
+    np.testing.assert_array_equal(again.lengthscales_, gp.lengthscales_)
+    assert again.n_hidden == 30
+
+
+def test_bad_inputs():
+    GP = rnshmc.GaussianProcessSurrogate
+    Q, t, _ = data()
+    for kwargs, match in [(dict(dim=0), "dim"), (dict(dim=3, kernel="matern"), "kernel"),
+                          (dict(dim=3, lengthscale="wide"), "lengthscale"),
+                          (dict(dim=3, lengthscale=[1.0, -1.0, 1.0]), "lengthscale"),
+                          (dict(dim=3, noise_sd=0.0), "noise_sd"),
+                          (dict(dim=3, n_inducing=0), "n_inducing"),
+                          (dict(dim=3, mean="linear"), "mean")]:
+        with pytest.raises(ValueError, match=match):
+            GP(**kwargs)
+    gp = GP(3)
+    with pytest.raises(RuntimeError, match="not fitted"):
+        gp.potential(np.zeros(3))
+    with pytest.raises(ValueError, match="values only"):
+        gp.fit(Q, t, gradients=Q, gradient_weight=1.0)
+    with pytest.raises(ValueError, match="online"):
+        gp.fit(Q, t, online=True)
+    with pytest.raises(ValueError, match="shape"):
+        gp.fit(Q[:, :2], t)
+    with pytest.raises(ValueError, match="finite"):
+        gp.fit(Q, np.where(np.arange(len(t)) == 3, np.nan, t))
+    with pytest.raises(ValueError, match="like"):
+        gp.fit(Q, t, like=rnshmc.RandomNetworkSurrogate(3, n_hidden=5, rng=0).fit(Q, t))
