@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 
-from .samplers import ARNSHMC, HMC, GradientFreeRNSHMC
+from .samplers import ARNSHMC, HMC, RNSHMC, GradientFreeRNSHMC
 from .samplers._base import earlier_run
 from .surrogate import RandomNetworkSurrogate, gradient_flops
 from .targets import as_ctarget, check_target, target_dim
@@ -19,10 +19,14 @@ __all__ = ["sample", "choose_sampler"]
 SURROGATE_STEP_SHARE = 0.5
 
 
-def choose_sampler(model, dim=None, init=None):
+def choose_sampler(model, dim=None, init=None, surrogate=None):
     """The sampler :func:`sample` uses for ``model``, and why.
 
     - no gradient (``has_gradient`` False): :class:`~rnshmc.GradientFreeRNSHMC`;
+    - a ``surrogate`` given: surrogate dynamics with it, whatever the model's cost (the user
+      chose them): :class:`~rnshmc.ARNSHMC` where the surrogate has online updates (a random
+      network), else :class:`~rnshmc.RNSHMC` (a Gaussian process), one surrogate shared by
+      the chains;
     - a model cheaper than a surrogate (a surrogate's leapfrog step would cost more than
       half an exact density evaluation: from the model's ``density_flops`` where it has
       one, else from timing one evaluation of each): :class:`~rnshmc.HMC`;
@@ -36,6 +40,9 @@ def choose_sampler(model, dim=None, init=None):
         The dimension, if the model does not say.
     init : ndarray of shape (dim,) or None
         Where to time the model (default: zeros).
+    surrogate : None, dict or surrogate object
+        The surrogate, as the samplers' ``surrogate`` argument (None: their default random
+        network).
 
     Returns
     -------
@@ -45,8 +52,15 @@ def choose_sampler(model, dim=None, init=None):
     check_target(model)
     dim = target_dim(model) if dim is None else check_integer(dim, "dim", minimum=1)
     if getattr(model, "has_gradient", True) is False:
-        return (GradientFreeRNSHMC(model, share_surrogate=True),
+        return (GradientFreeRNSHMC(model, share_surrogate=True, surrogate=surrogate),
                 "the model has no gradient: gradient-free RNS-HMC")
+    if surrogate is not None:
+        sampler = RNSHMC(model, share_surrogate=True, surrogate=surrogate)
+        if sampler.surrogate_settings.cls.supports_online:
+            return (ARNSHMC(model, share_surrogate=True, surrogate=surrogate),
+                    "a surrogate was given: ARNS-HMC with it, shared and refined online")
+        return sampler, ("a surrogate without online updates was given: RNS-HMC with it, "
+                         "shared by the chains")
     n_hidden = ARNSHMC(model).hidden_units(dim)
     share, how = surrogate_step_share(model, dim, n_hidden, init)
     if share > SURROGATE_STEP_SHARE:
@@ -85,7 +99,7 @@ def surrogate_for_timing(dim, n_hidden):
 
 def sample(model, ess=1000, *, chains=4, rng=None, init=None, max_evals=None, max_time=None,
            progress=True, pool="auto", checkpoint=None, checkpoint_every="10min",
-           sampler=None):
+           sampler=None, surrogate=None):
     """Sample ``model`` until the pooled minimum bulk ESS reaches ``ess`` and every R-hat is at
     most 1.01, with the fewest exact evaluations rnshmc knows how to spend.
 
@@ -126,6 +140,10 @@ def sample(model, ess=1000, *, chains=4, rng=None, init=None, max_evals=None, ma
     sampler : a sampler or None
         Use this sampler instead of the chosen one (its own settings; the stopping rule
         and budgets still apply).
+    surrogate : None, dict or surrogate object
+        Sample with surrogate dynamics on this surrogate (for example a
+        :class:`~rnshmc.GaussianProcessSurrogate`: GP-HMC), as :func:`choose_sampler` says;
+        None (default): the default random network where surrogate dynamics pay.
 
     Returns
     -------
@@ -137,7 +155,9 @@ def sample(model, ess=1000, *, chains=4, rng=None, init=None, max_evals=None, ma
     if sampler is None:
         point = None if init is None or earlier_run(init) is not None else np.asarray(
             init, dtype=np.float64).reshape(-1, np.shape(init)[-1])[0]
-        sampler, reason = choose_sampler(model, init=point)
+        sampler, reason = choose_sampler(model, init=point, surrogate=surrogate)
+    elif surrogate is not None:
+        raise ValueError("give a sampler or a surrogate, not both (a sampler has its own)")
     else:
         reason = "given"
     result = sampler.sample(None, chains=chains, rng=rng, init=init, progress=progress,

@@ -265,6 +265,8 @@ class GaussianProcessSurrogate(Surrogate):
     """
 
     kind = "gaussian_process"
+    OPTIONS = ("kernel", "lengthscale", "signal_sd", "noise_sd", "sparse", "n_inducing",
+               "optimize_inducing", "whiten", "mean", "max_optimize_points")
     KERNELS = ("squared_exponential",)
 
     def __init__(self, dim, kernel="squared_exponential", lengthscale="ard", signal_sd=None,

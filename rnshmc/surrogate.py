@@ -88,6 +88,7 @@ class Surrogate:
 
     kind = None
     kinds = {}  # kind -> class, filled as the subclasses are defined
+    OPTIONS = ()  # the constructor's settings (besides dim and rng) a sampler may be given
     supports_online = False
     fits_gradients = False
     has_hessian_metric = False
@@ -96,6 +97,16 @@ class Surrogate:
         super().__init_subclass__(**kwargs)
         if cls.kind is not None:
             Surrogate.kinds[cls.kind] = cls
+
+    def settings(self):
+        """The constructor's settings (``OPTIONS``) of this surrogate, as a dict: what a
+        sampler given this (unfitted) surrogate fits with."""
+        return {key: getattr(self, key) for key in self.OPTIONS}
+
+    def gradient_flops(self):
+        """Floating-point operations of one gradient of the fitted surrogate (an estimate:
+        :func:`gradient_flops` with its units)."""
+        return gradient_flops(self.dim, self.n_hidden, self.whiten)
 
     def _check_training_data(self, Q, t, gradients):
         Q = _real_array(Q, "Q", contiguous=True)
@@ -265,6 +276,7 @@ class RandomNetworkSurrogate(Surrogate):
     """
 
     kind = "random_network"
+    OPTIONS = ("n_hidden", "nodes", "activation", "ridge", "weight_scale", "whiten")
     supports_online = True
     fits_gradients = True
     has_hessian_metric = True  # (additive units with a softplus, sigmoid or tanh activation)
@@ -548,6 +560,12 @@ class RandomNetworkSurrogate(Surrogate):
             raise ValueError("the online update gave non-finite output weights")
         self._ctarget.set_output_weights(v, offset)
         self.output_weights, self.offset_ = v, offset
+
+    def settings(self):
+        settings = super().settings()
+        if self.nodes == "rbf":
+            settings["activation"] = "softplus"  # (ignored by RBF units, which are Gaussian)
+        return settings
 
     def _features_of(self, like, with_gradients):
         """(whitening mean, whitening factor, gradient metric, hidden units) of the fitted

@@ -18,6 +18,7 @@ import numpy as np
 from ..models import Gaussian
 from ..parallel import chain_generators
 from ..state import ChainState, generator_to_json
+from ..surrogate import Surrogate
 from ..targets import as_ctarget, check_target, target_dim
 from ..validation import check_integer, user_stacklevel
 from . import _execution, _result
@@ -386,6 +387,8 @@ class Sampler:
         arguments = {k: v for k, v in self._arguments.items()
                      if k != "target" and k not in self.NOT_CHECKPOINTED}
         for key, value in arguments.items():
+            if isinstance(value, Surrogate):  # (an unfitted surrogate: its kind and settings)
+                arguments[key] = value = dict(value.settings(), kind=value.kind)
             if not _savable(value):
                 raise ValueError(f"{self.name} cannot checkpoint its argument {key}={value!r} "
                                  "(only numbers, strings, arrays and lists or dicts of them "

@@ -28,7 +28,8 @@ from .._kernels._transition import Chain
 from ..adaptation import (RepeatedWarmup, WarmupSchedule, initial_step_size, regularized_variance,
                           terminal_buffer, trajectory_length_for_min_ess)
 from ..state import PartState, generator_from_json, generator_to_json
-from ..surrogate import RandomNetworkSurrogate, gradient_flops
+from ..surrogate import (RandomNetworkSurrogate, Surrogate, gradient_flops,
+                         surrogate_from_state)
 from ..validation import (check_integer, check_inverse_mass, check_per_chain_real, check_real,
                           user_stacklevel)
 
@@ -756,87 +757,137 @@ def evaluated_rows(proposals, U):
 
 
 class SurrogateSettings:
-    """How a surrogate sampler fits its random network.
+    """How a surrogate sampler fits its surrogate: which kind (a
+    :class:`~rnshmc.RandomNetworkSurrogate` by default, or a
+    :class:`~rnshmc.GaussianProcessSurrogate`), with which settings.
 
     Parameters
     ----------
     n_hidden : int or "auto"
-        Hidden units ("auto": :meth:`hidden_units`).
-    nodes, activation, ridge, weight_scale, whiten
-        :class:`~rnshmc.RandomNetworkSurrogate`'s.
-    gradient_weight : float
-        Weight of the gradient misfit in the fit (0: values only).
+        Hidden units of a random network ("auto": :meth:`hidden_units`); of a sparse GP, its
+        inducing points (default: its ``n_inducing``); ignored by a full GP (a unit per
+        training point).
+    kind : str
+        The surrogate's class, by its ``kind`` (:class:`rnshmc.surrogate.Surrogate`).
+    gradient_weight : float or None
+        Weight of the gradient misfit in the fit (0: values only). None: 1 for a surrogate
+        that fits gradients, else 0 (a GP fits values only; more is refused).
     values_weight_scale : float or None
         With ``weight_scale`` None, additive units on whitened inputs: this over sqrt(dim)
         (the smoother units of values-only fits); None: the surrogate's default.
+    **options
+        The class's settings (its ``OPTIONS``). For a random network the defaults are
+        ``nodes="additive"``, ``activation="softplus"``, ``ridge=1e-6``, ``whiten=True``.
     """
 
-    def __init__(self, n_hidden="auto", nodes="additive", activation="softplus", ridge=1e-6,
-                 weight_scale=None, whiten=True, gradient_weight=1.0, values_weight_scale=None):
+    NETWORK_DEFAULTS = dict(nodes="additive", activation="softplus", ridge=1e-6,
+                            weight_scale=None, whiten=True)
+
+    def __init__(self, n_hidden="auto", kind="random_network", gradient_weight=None,
+                 values_weight_scale=None, **options):
+        if kind not in Surrogate.kinds:
+            raise ValueError(f"the surrogate kind must be one of {sorted(Surrogate.kinds)}, "
+                             f"got {kind!r}")
+        self.kind, self.cls = kind, Surrogate.kinds[kind]
+        unknown = sorted(set(options) - set(self.cls.OPTIONS))
+        if unknown:
+            raise TypeError(f"a {self.cls.__name__} has no setting {', '.join(map(repr, unknown))}"
+                            f" (it takes {', '.join(self.cls.OPTIONS)})")
         if n_hidden != "auto":
             n_hidden = check_integer(n_hidden, "n_hidden", minimum=1)
         self.n_hidden = n_hidden
+        if gradient_weight is None:
+            gradient_weight = 1.0 if self.cls.fits_gradients else 0.0
         self.gradient_weight = check_real(gradient_weight, "gradient_weight", lower=0.0,
                                           lower_inclusive=True)
-        self.options = dict(nodes=nodes, activation=activation, ridge=ridge,
-                            weight_scale=weight_scale, whiten=whiten)
+        if self.gradient_weight > 0 and not self.cls.fits_gradients:
+            raise ValueError(f"a {self.cls.__name__} fits values only: gradient_weight must "
+                             f"be 0, got {gradient_weight!r}")
+        options.pop("n_hidden", None)
+        self.options = (dict(self.NETWORK_DEFAULTS, **options) if kind == "random_network"
+                        else dict(options))
         self.values_weight_scale = values_weight_scale
-        RandomNetworkSurrogate(2, n_hidden=2, rng=0, **self.options)  # checks the options
+        self.cls(2, rng=0, **self.options_for(2, 2))  # checks the options
 
     @classmethod
     def from_group(cls, n_hidden, group, values_weight_scale=None):
         """The settings of a sampler's ``surrogate=`` group (a dict; its other keys, such as
         ``n_train``, are the exploration's)."""
-        network = {k: group[k] for k in ("nodes", "activation", "ridge", "weight_scale",
-                                         "whiten") if k in group}
-        return cls(n_hidden, **network, gradient_weight=group.get("gradient_weight", 1.0),
-                   values_weight_scale=values_weight_scale)
+        kind = group.get("kind", "random_network")
+        surrogate_class = Surrogate.kinds.get(kind)
+        options = {k: group[k] for k in getattr(surrogate_class, "OPTIONS", ())
+                   if k in group and k != "n_hidden"}
+        return cls(group.get("n_hidden", n_hidden), kind,
+                   gradient_weight=group.get("gradient_weight"),
+                   values_weight_scale=values_weight_scale, **options)
+
+    @property
+    def whiten(self):
+        """Whether the surrogate acts on whitened inputs."""
+        return self.options.get("whiten", True)
 
     def hidden_units(self, dim):
-        """The hidden units for a ``dim``-dimensional target: ``n_hidden``, or with "auto"
-        1.5 times the d (d + 1) / 2 coefficients of a quadratic form, rounded up to a
+        """The units of a fit in ``dim`` dimensions. A random network: ``n_hidden``, or with
+        "auto" 1.5 times the d (d + 1) / 2 coefficients of a quadratic form, rounded up to a
         hundred, at least 1000 and at most 4000 (a random network's Hessian is a sum of s
-        rank-one terms: with fewer units it cannot match even a Gaussian's)."""
+        rank-one terms: with fewer units it cannot match even a Gaussian's). A sparse GP: its
+        inducing points. A full GP: None (one per training point)."""
+        if self.kind == "random_network":
+            if self.n_hidden != "auto":
+                return self.n_hidden
+            quadratic = 0.75 * dim * (dim + 1)
+            return int(min(4000, max(1000, 100 * math.ceil(quadratic / 100))))
+        if not self.options.get("sparse", False):
+            return None
         if self.n_hidden != "auto":
             return self.n_hidden
-        quadratic = 0.75 * dim * (dim + 1)
-        return int(min(4000, max(1000, 100 * math.ceil(quadratic / 100))))
+        return self.options.get("n_inducing", self.cls(1).n_inducing)
 
     def options_for(self, dim, n_hidden):
-        """The RandomNetworkSurrogate arguments of a fit in ``dim`` dimensions."""
-        options = dict(self.options, n_hidden=n_hidden)
-        if (self.values_weight_scale is not None and options["weight_scale"] is None
-                and options["whiten"] and options["nodes"] == "additive"):
-            options["weight_scale"] = self.values_weight_scale / math.sqrt(dim)
+        """The surrogate class's arguments for a fit in ``dim`` dimensions with ``n_hidden``
+        units (a random network's hidden units, a sparse GP's inducing points)."""
+        options = dict(self.options)
+        if self.kind == "random_network":
+            options["n_hidden"] = n_hidden
+            if (self.values_weight_scale is not None and options["weight_scale"] is None
+                    and options["whiten"] and options["nodes"] == "additive"):
+                options["weight_scale"] = self.values_weight_scale / math.sqrt(dim)
+        elif options.get("sparse", False) and n_hidden is not None:
+            options["n_inducing"] = n_hidden
         return options
 
     def fit(self, dim, generator, Q, U, G, n_hidden, online=False):
         """A new surrogate fitted to potentials ``U`` at ``Q`` (gradients ``G``), its random
-        units drawn from a child stream of ``generator`` (``online``: with the online
+        parts drawn from a child stream of ``generator`` (``online``: with the online
         estimator started)."""
-        surrogate = RandomNetworkSurrogate(dim, rng=generator.spawn(1)[0],
-                                           **self.options_for(dim, n_hidden))
+        surrogate = self.cls(dim, rng=generator.spawn(1)[0], **self.options_for(dim, n_hidden))
         surrogate.fit(Q, U, gradients=G if self.gradient_weight > 0 else None,
                       gradient_weight=self.gradient_weight, online=online)
         return surrogate
 
-    def step_cost(self, target, dim, setting):
+    def step_cost(self, target, dim, setting, surrogate=None):
         """A surrogate leapfrog step's cost in exact densities: ``setting`` if a number, else
-        (``"auto"``) the surrogate's gradient operation count over the target's
-        ``density_flops`` where it has one (0 otherwise: steps free)."""
+        (``"auto"``) the surrogate's gradient operation count (of the fitted ``surrogate``
+        where given, else of one with :meth:`hidden_units`) over the target's
+        ``density_flops`` where it has one (0 otherwise: steps free). NaN for a full GP
+        before its fit (its units are its training points)."""
         if setting != "auto":
             return setting
         density_flops = getattr(target, "density_flops", None)
         if not density_flops:
             return 0.0
-        return (gradient_flops(dim, self.hidden_units(dim), self.options["whiten"])
-                / density_flops)
+        if surrogate is not None:
+            return surrogate.gradient_flops() / density_flops
+        units = self.hidden_units(dim)
+        if units is None:
+            return math.nan
+        return gradient_flops(dim, units, self.whiten) / density_flops
 
 
 @dataclasses.dataclass
 class FitState(PartState):
     """A chain's fitted surrogate and the sampling kernel chosen with it."""
-    surrogate: Optional[dict] = None        # RandomNetworkSurrogate.get_state()
+    surrogate: Optional[dict] = None        # the surrogate's get_state()
     covariance: Optional[np.ndarray] = None  # the pooled explorations' (shared fits)
     covariance_states: int = 0                # the states it is estimated from
     exploration_acceptance_rate: float = math.nan
@@ -1009,14 +1060,14 @@ class SurrogateFit(Phase):
             covariance, state.inverse_mass, state.kernel["step_size"], self.jitter,
             MAX_AUTO_STEPS, per=per,
             step_cost=self.settings.step_cost(run.sampler.target, state.dim,
-                                              self.step_cost_setting))
+                                              self.step_cost_setting, self.surrogate(state)))
         return n_steps
 
     def surrogate(self, state):
         """The surrogate the chain's dynamics run on."""
         if self.online is not None:
             return state.parts["online"].estimator
-        return RandomNetworkSurrogate.from_state(state.parts["fit"].surrogate)
+        return surrogate_from_state(state.parts["fit"].surrogate)
 
 
 class ExplorationKernel:
@@ -1720,7 +1771,7 @@ class SurrogateSampling(Phase):
         dynamics.n_refits += 1
         dynamics.events[-1].update(
             misfit_before=float(np.sqrt(np.mean((misfit - misfit.mean()) ** 2))),
-            fit_residual=float(surrogate.fit_residual_), n_hidden=n_hidden,
+            fit_residual=float(surrogate.fit_residual_), n_hidden=int(surrogate.n_hidden),
             n_train=int(surrogate.n_train_))
 
     def switch_dynamics(self, run, chain, mode):
@@ -1807,8 +1858,8 @@ def surrogate_report(result, states):
     result["n_train"] = np.array([s["n_train_"] for s in surrogates], dtype=np.int64)
     result["fit_residual"] = np.array([s["fit_residual_"] for s in surrogates])
     result["gradient_residual"] = np.array(
-        [np.nan if s["gradient_residual_"] is None else s["gradient_residual_"]
-         for s in surrogates])
+        [np.nan if s.get("gradient_residual_") is None else s["gradient_residual_"]
+         for s in surrogates])  # (None or absent: a values-only fit)
     result["surrogate"] = surrogates
     draws = result.samples.shape[1]
     result["exact_dynamics"] = np.stack(

@@ -69,6 +69,10 @@ class ARNSHMC(RNSHMC):
                  freeze_after=None, **kwargs):
         super().__init__(target, **kwargs)
         self.online = OnlineInstalls(adaptation_rate, online_points, freeze_after)
+        if not self.surrogate_settings.cls.supports_online:
+            raise ValueError(f"ARNS-HMC updates its surrogate online: a "
+                             f"{self.surrogate_settings.cls.__name__} has no online update (use "
+                             "a random network, or RNS-HMC with this surrogate)")
         if self.surrogate_settings.options["ridge"] <= 0:
             raise ValueError("ARNS-HMC needs ridge > 0 (the online estimator starts from the "
                              "ridge fit)")

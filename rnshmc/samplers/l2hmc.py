@@ -12,7 +12,7 @@ from .._kernels._l2hmc import (AugmentedLeapfrog, Trainer, TransformedTarget, ne
 from .._kernels._metrics import EuclideanMetric
 from .._kernels._transition import Chain
 from ..state import PartState
-from ..surrogate import RandomNetworkSurrogate
+from ..surrogate import Surrogate, surrogate_from_state
 from ..targets import as_ctarget, target_dim
 from ..validation import check_integer, check_real, moved_arguments, user_stacklevel
 from ._base import Sampler
@@ -472,7 +472,7 @@ class L2HMC(Sampler):
         # the exploration, then the fit (training has no iterations)
         rns.run_chain(state, progress=progress, stop_after=state.phases[0][1])
         seconds = time.perf_counter() - start
-        surrogate = RandomNetworkSurrogate.from_state(state.parts["fit"].surrogate)
+        surrogate = surrogate_from_state(state.parts["fit"].surrogate)
         states = state.outputs["exploration"]["samples"][rns.exploration.window(state)]
         sd = states.std(axis=0)
         sd = np.where(sd > 0, sd, 1.0)
@@ -523,10 +523,9 @@ class L2HMC(Sampler):
 
     def checkpoint_arguments(self):
         self._check_weights()
-        if self.surrogate is not None and not isinstance(self.surrogate,
-                                                         RandomNetworkSurrogate):
-            raise ValueError("L2HMC on a surrogate is checkpointed only with a "
-                             "RandomNetworkSurrogate (saved as arrays)")
+        if self.surrogate is not None and not isinstance(self.surrogate, Surrogate):
+            raise ValueError("L2HMC on a surrogate is checkpointed only with one of rnshmc's "
+                             "surrogates (saved as arrays)")
         arguments = super().checkpoint_arguments()
         arguments["weights"] = dict(parameters=self.parameters, masks=self.masks,
                                     shift=self.shift, scale=self.scale)
@@ -543,7 +542,7 @@ class L2HMC(Sampler):
         surrogate = arguments.pop("surrogate_state", None)
         exploration = arguments.pop("exploration", None)
         if surrogate is not None:
-            arguments["surrogate"] = RandomNetworkSurrogate.from_state(surrogate)
+            arguments["surrogate"] = surrogate_from_state(surrogate)
         sampler = cls(target, standardize=(weights["shift"], weights["scale"]), **arguments)
         sampler.parameters = np.array(weights["parameters"], dtype=np.float64)
         sampler.masks = np.ascontiguousarray(weights["masks"], dtype=np.float64)

@@ -9,6 +9,7 @@ from .._kernels._fem import GaussNewtonMetric
 from .._kernels._riemann import CallableMetric, LinearPredictorMetric
 from ..models import EllipticPDE, LogisticRegression
 from ..targets import as_ctarget
+from ..surrogate import Surrogate
 from ..validation import (check_group, check_integer, check_real, moved_arguments,
                           user_stacklevel)
 from ._base import Sampler, warn_unadapted
@@ -299,6 +300,9 @@ class RNSRMHMC(Sampler):
                                                                               "softplus")
         if metric not in ("hessian", "diagonal"):
             raise ValueError(f"metric must be 'hessian' or 'diagonal', got {metric!r}")
+        if not Surrogate.kinds[surrogate.get("kind", "random_network")].has_hessian_metric:
+            raise ValueError("RNS-RMHMC needs a surrogate whose Hessian gives the metric (a "
+                             f"random network): a {surrogate['kind']} surrogate has none")
         if nodes != "additive" or activation == "exp":
             raise ValueError("RNS-RMHMC needs additive nodes with a softplus, sigmoid or tanh "
                              "activation (the Hessian metric's derivatives are for those)")

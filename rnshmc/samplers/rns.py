@@ -5,7 +5,7 @@ import warnings
 
 import numpy as np
 
-from ..surrogate import RandomNetworkSurrogate
+from ..surrogate import Surrogate, surrogate_from_state
 from ..validation import (check_group, check_integer, check_per_chain_real, check_real,
                           moved_arguments, user_stacklevel)
 from ._base import Sampler
@@ -311,8 +311,9 @@ class RNSHMC(Sampler):
 
     @staticmethod
     def fitted_surrogates(result):
-        """The fitted :class:`~rnshmc.RandomNetworkSurrogate` of each chain of a result."""
-        return [RandomNetworkSurrogate.from_state(state) for state in result["surrogate"]]
+        """The fitted surrogate (:class:`~rnshmc.RandomNetworkSurrogate` or
+        :class:`~rnshmc.GaussianProcessSurrogate`) of each chain of a result."""
+        return [surrogate_from_state(state) for state in result["surrogate"]]
 
     def report(self, result, states):
         result["delayed_acceptance"] = self.delayed_acceptance
@@ -358,15 +359,21 @@ def check_n_steps(n_steps, default):
 
 
 def surrogate_group(surrogate, moved, keys=SURROGATE_KEYS):
-    """The ``surrogate=`` settings as a dict (an unfitted RandomNetworkSurrogate gives its
-    network's), with the deprecated arguments' values."""
-    if isinstance(surrogate, RandomNetworkSurrogate):
-        settings = dict(n_hidden=surrogate.n_hidden, nodes=surrogate.nodes,
-                        activation=surrogate.activation if surrogate.nodes == "additive"
-                        else "softplus", ridge=surrogate.ridge,
-                        weight_scale=surrogate.weight_scale, whiten=surrogate.whiten)
+    """The ``surrogate=`` settings as a dict, with the deprecated arguments' values. A
+    surrogate object (its fit, if any, is not used) gives its ``kind`` and its settings; a
+    dict may name a ``kind`` (default "random_network") and hold that class's settings
+    (:attr:`rnshmc.surrogate.Surrogate.OPTIONS`) besides the sampler's own ``keys``."""
+    if isinstance(surrogate, Surrogate):
+        settings = dict(surrogate.settings(), kind=surrogate.kind)
     else:
-        settings = check_group(surrogate, "surrogate", keys)
+        kind = surrogate.get("kind", "random_network") if isinstance(surrogate, dict) \
+            else "random_network"
+        if kind not in Surrogate.kinds:
+            raise ValueError(f"the surrogate kind must be one of {sorted(Surrogate.kinds)}, "
+                             f"got {kind!r}")
+        options = list(Surrogate.kinds[kind].OPTIONS)
+        settings = check_group(surrogate, "surrogate",
+                               [k for k in keys if k not in NETWORK_KEYS] + ["kind"] + options)
     return dict(settings, **(moved or {}))
 
 

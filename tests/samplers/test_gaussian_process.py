@@ -230,3 +230,93 @@ def test_bad_inputs():
         gp.fit(Q, np.where(np.arange(len(t)) == 3, np.nan, t))
     with pytest.raises(ValueError, match="like"):
         gp.fit(Q, t, like=rnshmc.RandomNetworkSurrogate(3, n_hidden=5, rng=0).fit(Q, t))
+
+
+# --------------------------------------------------------------------------------------------
+# the surrogate as a sampler's part
+
+
+SURROGATES = {
+    "random network": None,
+    "full GP": rnshmc.GaussianProcessSurrogate(4),
+    "FITC": rnshmc.GaussianProcessSurrogate(4, sparse=True, n_inducing=60),
+}
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("kind", list(SURROGATES))
+def test_rns_hmc_with_each_surrogate_class_is_exact(kind, seed):
+    """RNS-HMC on a correlated 4-d Gaussian with each surrogate class: means and covariances
+    within Monte Carlo error (GP-HMC, Rasmussen 2003, is RNS-HMC with a GP)."""
+    from testkit import check_covariance, check_mean, correlated_gaussian
+    model, mean, cov = correlated_gaussian(dim=4, seed=3)
+    res = rnshmc.RNSHMC(model, surrogate=SURROGATES[kind]).sample(
+        1500, chains=2, rng=seed, progress=False)
+    assert res.acceptance_rate.mean() > 0.5
+    surrogates = rnshmc.RNSHMC.fitted_surrogates(res)
+    expected = rnshmc.RandomNetworkSurrogate if kind == "random network" \
+        else rnshmc.GaussianProcessSurrogate
+    assert all(isinstance(s, expected) for s in surrogates)
+    if kind == "FITC":
+        assert all(s.n_hidden == 60 for s in surrogates)
+    check_mean(res.samples, mean)
+    check_covariance(res.samples, mean, cov)
+
+
+def test_a_gp_surrogate_in_a_dict_and_in_the_other_samplers():
+    model = rnshmc.models.Gaussian(np.zeros(3), covariance=np.diag([1.0, 2.0, 0.5]))
+    sampler = rnshmc.RNSHMC(model, surrogate=dict(kind="gaussian_process", sparse=True,
+                                                  n_inducing=30, lengthscale="shared"))
+    assert sampler.surrogate_settings.cls is rnshmc.GaussianProcessSurrogate
+    assert sampler.hidden_units(3) == 30
+    assert rnshmc.RNSHMC(model, surrogate=SURROGATES["full GP"]).hidden_units(3) is None
+    free = rnshmc.GradientFreeRNSHMC(model, surrogate=rnshmc.GaussianProcessSurrogate(3))
+    res = free.sample(300, tune=300, chains=2, rng=0, progress=False)
+    assert isinstance(rnshmc.RNSHMC.fitted_surrogates(res)[0], rnshmc.GaussianProcessSurrogate)
+    assert res.acceptance_rate.mean() > 0.3
+    with pytest.raises(ValueError, match="online"):
+        rnshmc.ARNSHMC(model, surrogate=rnshmc.GaussianProcessSurrogate(3))
+    with pytest.raises(ValueError, match="Hessian"):
+        rnshmc.RNSRMHMC(model, surrogate=dict(kind="gaussian_process"))
+    with pytest.raises(ValueError, match="values only"):
+        rnshmc.RNSHMC(model, surrogate=dict(kind="gaussian_process", gradient_weight=1.0))
+    with pytest.raises(ValueError, match="kind"):
+        rnshmc.RNSHMC(model, surrogate=dict(kind="spline"))
+    with pytest.raises(TypeError, match="no setting 'nodes'"):
+        rnshmc.RNSHMC(model, surrogate=dict(kind="gaussian_process", nodes="rbf"))
+
+
+@pytest.mark.parametrize("stop", [150, 230])
+def test_gp_surrogate_runs_checkpoint_resume_and_save(stop, tmp_path):
+    """Stopped in exploration or in sampling, a checkpointed RNS-HMC run with a FITC
+    surrogate resumes to the uninterrupted draws; its saved result rebuilds the GP."""
+    from rnshmc.samplers.checkpoint import Checkpointer
+    model = rnshmc.models.Gaussian(np.arange(3.0), covariance=np.eye(3))
+    sampler = rnshmc.RNSHMC(model, surrogate=rnshmc.GaussianProcessSurrogate(
+        3, sparse=True, n_inducing=40))
+    kwargs = dict(draws=100, tune=200, chains=2, rng=8)
+    full = sampler.sample(**kwargs, progress=False)
+    states = sampler.run_states(sampler.init_states(**kwargs), progress=False, stop_after=stop)
+    path = tmp_path / "run.npz"
+    Checkpointer(path, sampler, dict(draws=100, checkpoint_every=1000)).write(states)
+    resumed = rnshmc.resume(path, progress=False)
+    np.testing.assert_array_equal(resumed.samples, full.samples)
+    full.save(tmp_path / "result.npz")
+    loaded = rnshmc.load(tmp_path / "result.npz")
+    test = np.random.default_rng(0).standard_normal((5, 3))
+    for a, b in zip(rnshmc.RNSHMC.fitted_surrogates(loaded),
+                    rnshmc.RNSHMC.fitted_surrogates(full)):
+        assert isinstance(a, rnshmc.GaussianProcessSurrogate)
+        np.testing.assert_array_equal(a.predict(test), b.predict(test))
+
+
+def test_the_front_door_samples_with_a_given_gp_surrogate():
+    model = rnshmc.models.Gaussian(np.zeros(2), covariance=np.array([[1.0, 0.6], [0.6, 1.0]]))
+    res = rnshmc.sample(model, ess=300, chains=2, rng=0, progress=False, pool=None,
+                        surrogate=rnshmc.GaussianProcessSurrogate(2, sparse=True,
+                                                                  n_inducing=50))
+    assert res.choice["sampler"] == "RNS-HMC" and "surrogate" in res.choice["reason"]
+    assert isinstance(rnshmc.RNSHMC.fitted_surrogates(res)[0], rnshmc.GaussianProcessSurrogate)
+    assert res.stopping["reason"] == "converged" or res.ess().min() >= 300
+    with pytest.raises(ValueError, match="not both"):
+        rnshmc.sample(model, sampler=rnshmc.HMC(model), surrogate=dict(kind="gaussian_process"))
