@@ -375,10 +375,8 @@ class GaussianProcessSurrogate(Surrogate):
                            free=(), inducing=None if not self.sparse else like.centres_.copy())
             optimize_seconds = 0.0
         else:
-            hyper = self._initial_hyper(X, spread)
             optimize_start = time.perf_counter()
-            if hyper.free:
-                self._optimize(hyper, X, y)
+            hyper = self._search(X, y, spread)
             optimize_seconds = time.perf_counter() - optimize_start
         signal, lengths, noise = hyper.signal, hyper.lengthscales, hyper.noise
         try:
@@ -412,9 +410,30 @@ class GaussianProcessSurrogate(Surrogate):
         self.fit_time_ = time.perf_counter() - start
         return self
 
-    def _initial_hyper(self, X, spread):
-        """Starting values: the targets' sd as the signal sd, lengthscales the inputs' sd,
-        noise 1% of the signal; fixed values where given; the inducing points picked."""
+    def _search(self, X, y, spread):
+        """The hyperparameters: the free ones maximise the marginal likelihood on a random
+        subset of at most ``max_optimize_points`` points. ARD lengthscales start from the
+        best shared one: started from the inputs' sds, on a 32-d quadratic they stalled with
+        some lengthscales at their upper bound (coordinates ignored) and a lower likelihood."""
+        hyper = self._initial_hyper(X, spread, shared=self.lengthscale == "shared")
+        if not hyper.free:
+            return hyper
+        if len(y) > self.max_optimize_points:
+            rows = np.sort(self._rng.choice(len(y), size=self.max_optimize_points, replace=False))
+            X, y = X[rows], y[rows]
+        if self.lengthscale == "ard" and self.dim > 1:
+            first = _Hyper(self.dim, True, hyper.signal, hyper.lengthscales.mean(), hyper.noise,
+                           tuple(k for k in hyper.free if k != "inducing"), hyper.inducing)
+            self._optimize(first, X, y)
+            hyper.values.update(signal=first.values["signal"], noise=first.values["noise"],
+                                lengths=np.full(self.dim, first.values["lengths"][0]))
+        self._optimize(hyper, X, y)
+        return hyper
+
+    def _initial_hyper(self, X, spread, shared):
+        """Starting values: the targets' sd as the signal sd, lengthscales the inputs' sd
+        (their mean if ``shared``), noise 1% of the signal; fixed values where given; the
+        inducing points picked."""
         free = []
         if self.signal_sd is None:
             free.append("signal")
@@ -422,7 +441,7 @@ class GaussianProcessSurrogate(Surrogate):
             free.append("lengths")
             sd = X.std(axis=0)
             sd = np.where(sd > 0, sd, 1.0)
-            lengths = np.array([sd.mean()]) if self.lengthscale == "shared" else sd
+            lengths = np.array([sd.mean()]) if shared else sd
         else:
             lengths = self.lengthscale
         if self.noise_sd is None:
@@ -435,15 +454,11 @@ class GaussianProcessSurrogate(Surrogate):
                 free.append("inducing")
         signal = self.signal_sd if self.signal_sd is not None else spread
         noise = self.noise_sd if self.noise_sd is not None else 0.01 * signal
-        return _Hyper(self.dim, self.lengthscale == "shared", signal, lengths, noise,
-                      tuple(free), inducing)
+        return _Hyper(self.dim, shared, signal, lengths, noise, tuple(free), inducing)
 
     def _optimize(self, hyper, X, y):
-        """Maximise the log marginal likelihood over the free hyperparameters (L-BFGS-B on its
-        analytic gradient), on a random subset of at most ``max_optimize_points`` points."""
-        if len(y) > self.max_optimize_points:
-            rows = np.sort(self._rng.choice(len(y), size=self.max_optimize_points, replace=False))
-            X, y = X[rows], y[rows]
+        """Maximise the log marginal likelihood over the free hyperparameters of ``hyper`` (in
+        place; L-BFGS-B on its analytic gradient)."""
         spread = float(y.std()) or 1.0
         bounds = []
         for key in ("signal", "lengths", "noise"):
