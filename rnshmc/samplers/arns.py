@@ -39,8 +39,9 @@ class ARNSHMC(RNSHMC):
         iterations (the draws after it are plain RNS-HMC with a fixed surrogate); 0 never
         installs.
     **kwargs
-        As for :class:`~rnshmc.RNSHMC` (``ridge`` must be positive: the estimator starts from
-        the ridge fit's inverse normal matrix).
+        As for :class:`~rnshmc.RNSHMC`; the surrogate must be a random network (the online
+        update is its own; a GP surrogate is refused), with ``ridge`` positive (the estimator
+        starts from the ridge fit's inverse normal matrix).
 
     Attributes
     ----------

@@ -108,8 +108,9 @@ class GradientFreeRNSHMC(Sampler):
         Only its log density is used (e.g. ``rnshmc.Target(logp, dim=d)``).
     n_hidden : int or "auto"
         As for :class:`~rnshmc.RNSHMC`.
-    surrogate : dict or RandomNetworkSurrogate, optional
-        As for :class:`~rnshmc.RNSHMC` (no ``gradient_weight``: the fit is to values), except:
+    surrogate : dict, RandomNetworkSurrogate or GaussianProcessSurrogate, optional
+        As for :class:`~rnshmc.RNSHMC` (a GP surrogate included; no ``gradient_weight``: the
+        fit is to values), except:
 
         - ``training_data``: the rows the surrogate is fitted to. "evaluations" (default):
           every exact evaluation of the exploration (of its last ``n_train`` iterations if

@@ -256,7 +256,8 @@ class RNSRMHMC(Sampler):
     surrogate : dict or RandomNetworkSurrogate, optional
         As for :class:`~rnshmc.RNSHMC`: ``nodes`` (additive only), ``activation``, ``ridge``,
         ``weight_scale``, ``whiten``, ``gradient_weight``, ``n_train``; the training data
-        are the exploration's states.
+        are the exploration's states. A random network only: its Hessian is the metric (a
+        GP surrogate is refused).
     trust : dict or bool
         The trust watch, as for :class:`~rnshmc.RNSHMC` (default True): a window of sampling
         acceptance under ``ratio`` times the exploration's refits the surrogate after a

@@ -63,10 +63,15 @@ class RNSHMC(Sampler):
         s = 1000 whatever the number of points, 0.03-0.12 at s = 2000. Above d = 72 the cap
         leaves fewer units than that; give a larger s if the fit time (growing as s^3)
         allows.
-    surrogate : dict or RandomNetworkSurrogate, optional
-        The surrogate and its fit (an unfitted :class:`~rnshmc.RandomNetworkSurrogate` gives
-        its ``n_hidden``, ``nodes``, ``activation``, ``ridge``, ``weight_scale`` and
-        ``whiten``; each fit draws new random units). A dict may hold:
+    surrogate : dict, RandomNetworkSurrogate or GaussianProcessSurrogate, optional
+        The surrogate and its fit. An unfitted surrogate object gives its class and settings
+        (a :class:`~rnshmc.RandomNetworkSurrogate` its ``n_hidden``, ``nodes``,
+        ``activation``, ``ridge``, ``weight_scale`` and ``whiten``; each fit draws new random
+        units); a :class:`~rnshmc.GaussianProcessSurrogate` makes this sampler GP-HMC
+        (Rasmussen 2003: the full GP or FITC, fitted to values only; see
+        docs/algorithms.md section 3). A dict may name the class by ``kind``
+        ("random_network", the default, or "gaussian_process", then with that class's
+        settings, e.g. ``sparse`` and ``n_inducing``) and hold:
 
         - ``nodes``, ``activation``, ``ridge`` (default 1e-6), ``weight_scale``, ``whiten``:
           the network (see :class:`~rnshmc.RandomNetworkSurrogate`). ``whiten=True``
