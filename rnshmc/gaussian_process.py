@@ -248,6 +248,9 @@ class GaussianProcessSurrogate(Surrogate):
     signal_sd_, noise_sd_ : float
     lengthscales_ : ndarray of shape (dim,)
         The fitted hyperparameters (lengthscales in whitened coordinates with ``whiten``).
+        Where the covariance of all the training points did not factorise with the noise
+        found on a subset, the noise was raised (to 1e-3, then 1e-2 times the signal sd):
+        ``noise_sd_`` is the noise used.
     centres_ : ndarray of shape (n_units, dim)
         The training or inducing points, in the whitened coordinates.
     output_weights : ndarray of shape (n_units,)
@@ -379,18 +382,25 @@ class GaussianProcessSurrogate(Surrogate):
             hyper = self._search(X, y, spread)
             optimize_seconds = time.perf_counter() - optimize_start
         signal, lengths, noise = hyper.signal, hyper.lengthscales, hyper.noise
-        try:
-            if self.sparse:
-                Z = hyper.inducing
-                parts = fitc_parts(X, Z, y, signal, lengths, noise)
-                centres, w, value = Z, parts["w"], parts["value"]
-            else:
-                centres = X
-                _, _, w, value = full_parts(X / lengths, y, signal, noise)
-        except np.linalg.LinAlgError:
+        # Hyperparameters found on a subset can leave all the points' covariance numerically
+        # singular (repeated states, long lengthscales): the noise is then raised, up to
+        # 1e-2 signal sd, until it factorises (noise_sd_ is the noise used).
+        for floor in (0.0, 1e-3, 1e-2):
+            noise = max(noise, floor * signal)
+            try:
+                if self.sparse:
+                    parts = fitc_parts(X, hyper.inducing, y, signal, lengths, noise)
+                    centres, w, value = hyper.inducing, parts["w"], parts["value"]
+                else:
+                    centres = X
+                    _, _, w, value = full_parts(X / lengths, y, signal, noise)
+                break
+            except np.linalg.LinAlgError:
+                continue
+        else:
             raise ValueError(f"the GP's covariance matrix is not positive definite ({n} points, "
                              f"signal sd {signal:.3g}, noise sd {noise:.3g}): give a larger "
-                             "noise_sd or fewer repeated points") from None
+                             "noise_sd or fewer repeated points")
         v = signal ** 2 * w
         if not _all_finite(v) or not math.isfinite(value):
             raise ValueError("the GP's fit gave non-finite weights: rescale the potential")

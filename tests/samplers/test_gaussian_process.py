@@ -320,3 +320,28 @@ def test_the_front_door_samples_with_a_given_gp_surrogate():
     assert res.stopping["reason"] == "converged" or res.ess().min() >= 300
     with pytest.raises(ValueError, match="not both"):
         rnshmc.sample(model, sampler=rnshmc.HMC(model), surrogate=dict(kind="gaussian_process"))
+
+
+def test_a_singular_covariance_raises_the_noise_until_it_factorises(monkeypatch):
+    """Where the covariance of all the points does not factorise with the noise found on a
+    subset (repeated states, rounding in the squared distances), the fit raises the noise to
+    1e-3, then 1e-2 times the signal sd, and says so in noise_sd_; beyond, a clear error.
+    (The failure is simulated: a Cholesky factorisation that fails below a noise floor.)"""
+    import rnshmc.gaussian_process as gp_module
+    Q, t, test = data(8)
+    factorise = gp_module.full_parts
+
+    def fails_below(floor):
+        def parts(Xs, y, signal, noise):
+            if noise < floor * signal:
+                raise np.linalg.LinAlgError("not positive definite")
+            return factorise(Xs, y, signal, noise)
+        return parts
+
+    monkeypatch.setattr(gp_module, "full_parts", fails_below(5e-3))
+    gp = rnshmc.GaussianProcessSurrogate(3, signal_sd=2.0, noise_sd=1e-6).fit(Q, t)
+    assert gp.noise_sd_ == pytest.approx(2e-2)  # the second floor: 1e-2 x the signal sd
+    assert np.all(np.isfinite(gp.predict(test)))
+    monkeypatch.setattr(gp_module, "full_parts", fails_below(1.0))
+    with pytest.raises(ValueError, match="not positive definite"):
+        rnshmc.GaussianProcessSurrogate(3, signal_sd=2.0, noise_sd=1e-6).fit(Q, t)
