@@ -15,7 +15,8 @@ import scipy.linalg
 import scipy.optimize
 
 from ._kernels._surrogate import NetworkTarget
-from .surrogate import Surrogate, _all_finite, _one_blas_thread, _real_array, _rms, _rng
+from .surrogate import (Surrogate, _all_finite, _one_blas_thread, _real_array, _rms, _rng,
+                        gradient_flops)
 
 __all__ = ["GaussianProcessSurrogate"]
 
@@ -43,8 +44,8 @@ class _Hyper:
     log lengthscales (1 or dim), log noise sd], then the inducing points (flattened) when
     they are optimised; fixed ones are left out of the vector."""
 
-    def __init__(self, dim, shared, signal, lengths, noise, free, inducing=None):
-        self.dim, self.shared = dim, shared
+    def __init__(self, dim, signal, lengths, noise, free, inducing=None):
+        self.dim = dim
         self.values = dict(signal=math.log(signal), lengths=np.log(np.atleast_1d(lengths)),
                            noise=math.log(noise))
         self.free = free  # names of the optimised groups, in vector order
@@ -374,7 +375,7 @@ class GaussianProcessSurrogate(Surrogate):
         X = np.ascontiguousarray(X)
         spread = float(y.std()) or 1.0
         if like is not None:
-            hyper = _Hyper(self.dim, False, like.signal_sd_, like.lengthscales_, like.noise_sd_,
+            hyper = _Hyper(self.dim, like.signal_sd_, like.lengthscales_, like.noise_sd_,
                            free=(), inducing=None if not self.sparse else like.centres_.copy())
             optimize_seconds = 0.0
         else:
@@ -432,7 +433,7 @@ class GaussianProcessSurrogate(Surrogate):
             rows = np.sort(self._rng.choice(len(y), size=self.max_optimize_points, replace=False))
             X, y = X[rows], y[rows]
         if self.lengthscale == "ard" and self.dim > 1:
-            first = _Hyper(self.dim, True, hyper.signal, hyper.lengthscales.mean(), hyper.noise,
+            first = _Hyper(self.dim, hyper.signal, hyper.lengthscales.mean(), hyper.noise,
                            tuple(k for k in hyper.free if k != "inducing"), hyper.inducing)
             self._optimize(first, X, y)
             hyper.values.update(signal=first.values["signal"], noise=first.values["noise"],
@@ -464,7 +465,7 @@ class GaussianProcessSurrogate(Surrogate):
                 free.append("inducing")
         signal = self.signal_sd if self.signal_sd is not None else spread
         noise = self.noise_sd if self.noise_sd is not None else 0.01 * signal
-        return _Hyper(self.dim, shared, signal, lengths, noise, tuple(free), inducing)
+        return _Hyper(self.dim, signal, lengths, noise, tuple(free), inducing)
 
     def _optimize(self, hyper, X, y):
         """Maximise the log marginal likelihood over the free hyperparameters of ``hyper`` (in
@@ -522,6 +523,11 @@ class GaussianProcessSurrogate(Surrogate):
                              "centre the inputs")
         return NetworkTarget("exp", C, bias, v, offset, gamma, np.tril(A), mean)
 
+    def gradient_flops(self):
+        """Floating-point operations of one gradient: a random network's of as many units,
+        with the input scaling always applied (by the lengthscales, whitened or not)."""
+        return gradient_flops(self.dim, self.n_hidden, True)
+
     def log_marginal_likelihood(self, Q, t, signal_sd, lengthscales, noise_sd, gradient=False):
         """The log marginal likelihood of this surrogate's kind (full GP or FITC on its fitted
         inducing points) for data (Q, t) in the fitted input coordinates and the given
@@ -548,29 +554,3 @@ class GaussianProcessSurrogate(Surrogate):
         state = f"fitted on {self.n_train_} points" if self.fitted else "not fitted"
         kind = f"sparse=True, n_inducing={self.n_inducing}" if self.sparse else "full"
         return f"GaussianProcessSurrogate(dim={self.dim}, {kind}, whiten={self.whiten}; {state})"
-
-    # ------------------------------------------------------------------------------------------
-    # state as plain arrays (checkpoints, results)
-
-    def get_state(self, online=False):
-        """The surrogate as a dict of arrays, numbers and strings (saveable without pickle);
-        :meth:`Surrogate.from_state` rebuilds it, predicting identically. ``online`` is
-        accepted for the random networks' signature (a GP has no online estimator)."""
-        state = {key: value for key, value in vars(self).items()
-                 if key not in ("_rng", "_ctarget")}
-        state["kind"] = self.kind
-        if self._ctarget is not None:
-            state["network"] = list(self._ctarget.__reduce__()[1])
-        return state
-
-    @classmethod
-    def from_state(cls, state):
-        """Rebuild a surrogate from :meth:`get_state` (its random stream is not kept)."""
-        surrogate = cls.__new__(cls)
-        state = dict(state)
-        state.pop("kind", None)
-        network = state.pop("network", None)
-        surrogate.__dict__.update(state)
-        surrogate._rng = np.random.default_rng()
-        surrogate._ctarget = None if network is None else NetworkTarget(*network)
-        return surrogate

@@ -98,6 +98,40 @@ class Surrogate:
         if cls.kind is not None:
             Surrogate.kinds[cls.kind] = cls
 
+    # attributes not saved by get_state (from_state rebuilds them), and saved entries that
+    # are not attributes (handed to _restore)
+    TRANSIENT = ("_rng", "_ctarget")
+    EXTRA_STATE = ()
+
+    def get_state(self, online=False):
+        """The surrogate as a dict of arrays, numbers and strings (saveable without pickle),
+        its ``kind`` included; :meth:`from_state` (or :func:`surrogate_from_state`) rebuilds
+        it, predicting identically. ``online``: see
+        :meth:`RandomNetworkSurrogate.get_state` (no other kind has an online estimator)."""
+        state = {key: value for key, value in vars(self).items() if key not in self.TRANSIENT}
+        state["kind"] = self.kind
+        if self._ctarget is not None:
+            state["network"] = list(self._ctarget.__reduce__()[1])
+        return state
+
+    @classmethod
+    def from_state(cls, state):
+        """Rebuild a surrogate of this class from :meth:`get_state` (its random stream is not
+        kept)."""
+        surrogate = cls.__new__(cls)
+        state = dict(state)
+        state.pop("kind", None)
+        network = state.pop("network", None)
+        extra = {key: state.pop(key) for key in cls.EXTRA_STATE if key in state}
+        surrogate.__dict__.update(state)
+        surrogate._rng = np.random.default_rng()
+        surrogate._ctarget = None if network is None else NetworkTarget(*network)
+        surrogate._restore(extra)
+        return surrogate
+
+    def _restore(self, extra):
+        """Rebuild what ``get_state`` saved besides the attributes (``EXTRA_STATE``)."""
+
     def settings(self):
         """The constructor's settings (``OPTIONS``) of this surrogate, as a dict: what a
         sampler given this (unfitted) surrogate fits with."""
@@ -277,6 +311,8 @@ class RandomNetworkSurrogate(Surrogate):
 
     kind = "random_network"
     OPTIONS = ("n_hidden", "nodes", "activation", "ridge", "weight_scale", "whiten")
+    TRANSIENT = Surrogate.TRANSIENT + ("_online", "_fit_layer", "_fit_gradient")
+    EXTRA_STATE = ("online",)
     supports_online = True
     fits_gradients = True
     has_hessian_metric = True  # (additive units with a softplus, sigmoid or tanh activation)
@@ -766,11 +802,7 @@ class RandomNetworkSurrogate(Surrogate):
             goes on learning exactly as this one would. Default False: the estimator is
             dropped (a rebuilt surrogate then needs a new fit with ``online=True``).
         """
-        state = {key: value for key, value in vars(self).items()
-                 if key not in ("_rng", "_ctarget", "_online", "_fit_layer", "_fit_gradient")}
-        state["kind"] = self.kind
-        if self._ctarget is not None:
-            state["network"] = list(self._ctarget.__reduce__()[1])
+        state = super().get_state()
         if online and getattr(self, "_online", None) is not None:
             state["online"] = dict(estimator=list(self._online.__reduce__()[1]),
                                    fit_layer=list(self._fit_layer),
@@ -778,28 +810,19 @@ class RandomNetworkSurrogate(Surrogate):
                                    else list(self._fit_gradient))
         return state
 
-    @classmethod
-    def from_state(cls, state):
-        """Rebuild a surrogate from :meth:`get_state` (its random stream is not kept)."""
+    def _restore(self, extra):
+        online = extra.get("online")
+        if online is None:
+            return
         from ._kernels._online import _rebuild
-        surrogate = cls.__new__(cls)
-        state = dict(state)
-        state.pop("kind", None)
-        network = state.pop("network", None)
-        online = state.pop("online", None)
-        surrogate.__dict__.update(state)
-        surrogate._rng = np.random.default_rng()
-        surrogate._ctarget = None if network is None else NetworkTarget(*network)
-        if online is not None:
-            if len(online["estimator"][0]) != surrogate.n_hidden + 1:
-                raise ValueError("the saved online estimator has no constant term (saved by an "
-                                 "earlier version of rnshmc): it cannot go on learning; fit "
-                                 "the surrogate again")
-            surrogate._online = _rebuild(*online["estimator"])
-            surrogate._fit_layer = tuple(online["fit_layer"])
-            surrogate._fit_gradient = (None if online["fit_gradient"] is None
-                                       else tuple(online["fit_gradient"]))
-        return surrogate
+        if len(online["estimator"][0]) != self.n_hidden + 1:
+            raise ValueError("the saved online estimator has no constant term (saved by an "
+                             "earlier version of rnshmc): it cannot go on learning; fit "
+                             "the surrogate again")
+        self._online = _rebuild(*online["estimator"])
+        self._fit_layer = tuple(online["fit_layer"])
+        self._fit_gradient = (None if online["fit_gradient"] is None
+                              else tuple(online["fit_gradient"]))
 
 
 def surrogate_from_state(state):
