@@ -131,9 +131,11 @@ def full_log_marginal_likelihood(X, y, signal, lengthscales, noise, gradient=Fal
 
 def fitc_parts(X, Z, y, signal, lengthscales, noise):
     """The FITC quantities for training inputs X, inducing points Z and targets y: the
-    kernel blocks, Lambda = diag(K_N - Q_N) + noise^2, the Cholesky factors of K_M and
-    Sigma_M = K_M + K_MN Lambda^-1 K_NM, the predictive weights w = Sigma_M^-1 K_MN
-    Lambda^-1 y, and the log marginal likelihood (the formulas of docs/algorithms.md
+    kernel blocks, Lambda = diag(K_N - Q_N) + noise^2, the Cholesky factors L_M of K_M and
+    L_A of A = I + V Lambda^-1 V^T (V = L_M^-1 K_MN; Sigma_M = K_M + K_MN Lambda^-1 K_NM =
+    L_M A L_M^T, factorised through A, whose eigenvalues are at least 1, because Sigma_M
+    itself loses K_M in rounding when the noise is small), the predictive weights
+    w = Sigma_M^-1 K_MN Lambda^-1 y and the log marginal likelihood (docs/algorithms.md
     section 3)."""
     n, m = len(y), len(Z)
     Xs, Zs = X / lengthscales, Z / lengthscales
@@ -144,15 +146,18 @@ def fitc_parts(X, Z, y, signal, lengthscales, noise):
     V = scipy.linalg.solve_triangular(Lm, U.T, lower=True, check_finite=False)  # Lm^-1 K_MN
     lam = signal ** 2 - np.einsum("ij,ij->j", V, V) + noise ** 2
     lam = np.maximum(lam, noise ** 2)  # (rounding: K_N - Q_N is positive semi-definite)
-    Ul = U / lam[:, None]
-    Sigma = Km + U.T @ Ul
-    Ls = scipy.linalg.cholesky(Sigma, lower=True, check_finite=False)
-    b = Ul.T @ y                                                        # K_MN Lambda^-1 y
-    w = scipy.linalg.cho_solve((Ls, True), b, check_finite=False)
-    value = (-0.5 * (y @ (y / lam) - b @ w)
-             - (np.log(np.diag(Ls)).sum() - np.log(np.diag(Lm)).sum() + 0.5 * np.log(lam).sum())
+    Vl = V / lam
+    A = Vl @ V.T
+    A[np.diag_indices(m)] += 1.0
+    La = scipy.linalg.cholesky(A, lower=True, check_finite=False)
+    c = scipy.linalg.solve_triangular(La, Vl @ y, lower=True, check_finite=False)
+    w = scipy.linalg.solve_triangular(                                  # Lm^-T A^-1 V Lambda^-1 y
+        Lm, scipy.linalg.solve_triangular(La, c, lower=True, trans="T", check_finite=False),
+        lower=True, trans="T", check_finite=False)
+    value = (-0.5 * (y @ (y / lam) - c @ c)
+             - (np.log(np.diag(La)).sum() + 0.5 * np.log(lam).sum())
              - 0.5 * n * _LOG_2PI)
-    return dict(Xs=Xs, Zs=Zs, U=U, Km=Km, Lm=Lm, lam=lam, Ul=Ul, Ls=Ls, w=w, value=value)
+    return dict(Xs=Xs, Zs=Zs, U=U, Km=Km, Lm=Lm, V=V, lam=lam, La=La, w=w, value=value)
 
 
 def fitc_log_marginal_likelihood(X, Z, y, signal, lengthscales, noise, gradient=False,
@@ -164,21 +169,26 @@ def fitc_log_marginal_likelihood(X, Z, y, signal, lengthscales, noise, gradient=
     With C = Q_N + Lambda, W = C^-1 - alpha alpha^T (alpha = C^-1 y) and B = K_M^-1 K_MN,
     d lml = -1/2 tr(W dC) = tr(G_U^T dK_NM) + tr(G_M dK_M) - 1/2 sum_j W_jj dK_jj
     - 1/2 tr(W) d noise^2, with G_U = (diag(W) - W) B^T and G_M = B (W - diag(W)) B^T / 2:
-    O(N M^2) through the Woodbury form C^-1 = Lambda^-1 - Lambda^-1 K_NM Sigma_M^-1 K_MN
-    Lambda^-1, never an N x N matrix.
+    O(N M^2) through the Woodbury form C^-1 = Lambda^-1 - Lambda^-1 V^T A^-1 V Lambda^-1,
+    never an N x N matrix.
     """
     parts = fitc_parts(X, Z, y, signal, lengthscales, noise)
     if not gradient:
         return parts["value"], None
-    U, Km, Lm, lam, Ul, Ls, w = (parts[k] for k in ("U", "Km", "Lm", "lam", "Ul", "Ls", "w"))
+    U, Km, Lm, V, lam, La = (parts[k] for k in ("U", "Km", "Lm", "V", "lam", "La"))
     Xs, Zs = parts["Xs"], parts["Zs"]
-    alpha = y / lam - Ul @ w
-    Bt = scipy.linalg.cho_solve((Lm, True), U.T, check_finite=False).T   # B^T = K_NM K_M^-1
+
+    def a_solve(R):  # A^-1 R
+        return scipy.linalg.cho_solve((La, True), R, check_finite=False)
+
+    Vl = V / lam
+    alpha = y / lam - Vl.T @ a_solve(Vl @ y)
+    Bt = scipy.linalg.solve_triangular(Lm, V, lower=True, trans="T",
+                                       check_finite=False).T            # B^T = K_NM K_M^-1
     # C^-1 B^T and diag(C^-1), by Woodbury
-    S_UlBt = scipy.linalg.cho_solve((Ls, True), Ul.T @ Bt, check_finite=False)
-    CiBt = Bt / lam[:, None] - Ul @ S_UlBt
-    LsUl = scipy.linalg.solve_triangular(Ls, Ul.T, lower=True, check_finite=False)
-    diag_Ci = 1.0 / lam - np.einsum("ij,ij->j", LsUl, LsUl)
+    CiBt = Bt / lam[:, None] - Vl.T @ a_solve(Vl @ Bt)
+    LaVl = scipy.linalg.solve_triangular(La, Vl, lower=True, check_finite=False)
+    diag_Ci = 1.0 / lam - np.einsum("ij,ij->j", LaVl, LaVl)
     WBt = CiBt - np.outer(alpha, alpha @ Bt)
     wd = diag_Ci - alpha ** 2                                            # diag(W)
     G_U = wd[:, None] * Bt - WBt
@@ -459,8 +469,12 @@ class GaussianProcessSurrogate(Surrogate):
             free.append("noise")
         inducing = None
         if self.sparse:
-            m = min(self.n_inducing, len(X))
-            inducing = X[np.sort(self._rng.choice(len(X), size=m, replace=False))].copy()
+            # distinct training points (a chain's history repeats rejected states, and
+            # coinciding inducing points make K_M singular)
+            distinct = np.unique(X, axis=0)
+            m = min(self.n_inducing, len(distinct))
+            inducing = distinct[np.sort(self._rng.choice(len(distinct), size=m,
+                                                          replace=False))].copy()
             if self.optimize_inducing:
                 free.append("inducing")
         signal = self.signal_sd if self.signal_sd is not None else spread
