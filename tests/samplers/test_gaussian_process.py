@@ -345,3 +345,23 @@ def test_a_singular_covariance_raises_the_noise_until_it_factorises(monkeypatch)
     monkeypatch.setattr(gp_module, "full_parts", fails_below(1.0))
     with pytest.raises(ValueError, match="not positive definite"):
         rnshmc.GaussianProcessSurrogate(3, signal_sd=2.0, noise_sd=1e-6).fit(Q, t)
+
+
+def test_fitc_on_every_training_point_is_the_full_gp():
+    """With all (distinct) training points as inducing points, FITC's covariance is the full
+    GP's, so their searches and means agree, also at the tiny noise an exact potential
+    drives the search to (where Sigma_M formed directly lost K_M in rounding)."""
+    Q, t, test = data(9, n=80)
+    Q = np.vstack([Q, Q[:20]])  # repeated states, as in a chain's history
+    t = np.concatenate([t, t[:20]])
+    full = rnshmc.GaussianProcessSurrogate(3, rng=0).fit(Q, t)
+    assert full.noise_sd_ < 1e-5 * full.signal_sd_
+    fixed = dict(signal_sd=full.signal_sd_, noise_sd=full.noise_sd_,
+                 lengthscale=full.lengthscales_)
+    fitc = rnshmc.GaussianProcessSurrogate(3, sparse=True, n_inducing=200, rng=0,
+                                           **fixed).fit(Q, t)
+    assert fitc.n_hidden == 80 and fitc.noise_sd_ == full.noise_sd_  # (not raised)
+    # (the two differ only by where the 1e-8 jitter sits: on K_N, or on K_M)
+    np.testing.assert_allclose(fitc.predict(test), full.predict(test), rtol=1e-2)
+    searched = rnshmc.GaussianProcessSurrogate(3, sparse=True, n_inducing=200, rng=0).fit(Q, t)
+    assert searched.log_marginal_likelihood_ > full.log_marginal_likelihood_ - 1.0
