@@ -66,7 +66,8 @@ for pyx in sorted(glob("rnshmc/_kernels/*.pyx")):
             libraries=["npyrandom"] + ([] if sys.platform == "win32" else ["m"]),
             extra_compile_args=base_compile + omp_compile,
             extra_link_args=omp_link,
-            define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_9_API_VERSION")],
+            define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_9_API_VERSION"),
+                           ("RNSHMC_BOUNDS_CHECKS", "1" if checks else "0")],
         )
     )
 

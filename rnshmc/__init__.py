@@ -18,10 +18,11 @@ from .surrogate import RandomNetworkSurrogate
 from .gaussian_process import GaussianProcessSurrogate
 from .targets import Target
 from .auto import sample
+from .versions import show_versions
 
 __version__ = "0.1.0"
 
 __all__ = ["sample", "HMC", "RNSHMC", "ARNSHMC", "RMHMC", "RNSRMHMC", "L2HMC", "GradientFreeRNSHMC",
            "AdaptiveMetropolis", "RandomNetworkSurrogate", "GaussianProcessSurrogate", "serve_surrogate", "Target", "SampleResult", "load", "ChainState", "resume",
-           "models", "datasets", "diagnostics", "fem",
+           "models", "datasets", "diagnostics", "fem", "show_versions",
            "__version__"]

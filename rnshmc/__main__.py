@@ -1,5 +1,5 @@
 """Command line: ``rnshmc demo pde`` / ``rnshmc demo logistic`` / ``rnshmc serve SURROGATE.npz``
-(also ``python -m rnshmc``)."""
+/ ``rnshmc info`` (also ``python -m rnshmc``)."""
 import argparse
 import sys
 
@@ -97,7 +97,20 @@ def build_parser():
     serve.add_argument("--chain", type=int, default=0,
                        help="which chain's surrogate of a result of several chains (default 0)")
     serve.set_defaults(run=_serve)
+    info = sub.add_parser(
+        "info", help="print the versions, build and thread pools rnshmc runs with",
+        description="Print rnshmc's version, Python, NumPy and SciPy, the BLAS and OpenMP "
+                    "libraries threadpoolctl sees, whether the kernels were built with OpenMP "
+                    "and bounds checks, and the CPU count (for bug reports).")
+    info.set_defaults(run=_info)
     return parser
+
+
+def _info(args):
+    """``rnshmc info``: rnshmc.show_versions()."""
+    from .versions import show_versions
+    show_versions()
+    return 0
 
 
 def _serve(args):
