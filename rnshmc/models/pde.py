@@ -4,6 +4,7 @@ import scipy.linalg
 
 from .._kernels._fem import EllipticPDETarget
 from ..fem import EllipticSolver
+from ..parallel import blas_limits
 
 __all__ = ["EllipticPDE", "kl_basis", "canonical_eigenbasis", "observation_grid"]
 
@@ -57,10 +58,12 @@ def kl_basis(centres, n_modes=20, length_scale=0.2, variance=1.0):
     ``CLUSTER_TOL`` times the largest eigenvalue per gap) for clusters of unequal eigenvalues.
 
     The result is a function of C only, but it is computed from LAPACK's eigenvectors, which
-    differ in the last bits between BLAS thread counts and machines (the tridiagonal reduction
-    sums in a thread-dependent order): it agrees between them to rounding (measured: 1e-14
-    relative on the 30 x 30 Q1 grid), not bit for bit; eigenvectors of nearly equal but unmerged
-    eigenvalues agree to ~eps / gap (2e-12 on the 30 x 30 P1 mesh).
+    differ in the last bits between BLAS thread counts (the tridiagonal reduction sums in a
+    thread-dependent order): the decomposition runs on one BLAS thread, so that on one machine
+    it is the same bit for bit whatever the thread limits around it. Between machines (other
+    BLAS builds or CPUs) it agrees to rounding (measured: 1e-14 relative on the 30 x 30 Q1
+    grid); eigenvectors of nearly equal but unmerged eigenvalues agree to ~eps / gap (2e-12 on
+    the 30 x 30 P1 mesh).
     """
     centres = np.asarray(centres, dtype=np.float64)
     n = centres.shape[0]
@@ -73,7 +76,10 @@ def kl_basis(centres, n_modes=20, length_scale=0.2, variance=1.0):
     cov = variance * np.exp(-sq / (2.0 * length_scale ** 2))
     n_computed = min(n, n_modes + 4)          # a few more, so that a cluster is not cut
     while True:
-        values, vectors = scipy.linalg.eigh(cov, subset_by_index=[n - n_computed, n - 1])
+        # one BLAS thread: LAPACK's tridiagonal reduction sums in a thread-dependent order,
+        # and the same seed must give the same problem bit for bit on any thread count
+        with blas_limits(1, user_api="blas"):
+            values, vectors = scipy.linalg.eigh(cov, subset_by_index=[n - n_computed, n - 1])
         values, vectors = values[::-1], vectors[:, ::-1]
         # the cluster holding the last kept mode is complete once a gap follows it
         gaps = values[n_modes - 1:-1] - values[n_modes:]
