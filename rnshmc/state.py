@@ -183,6 +183,10 @@ class ChainState:
         rest = sum(n for _, n in self.phases[self.phase_index:])
         return rest - self.iteration
 
+    def iterations_done(self):
+        """Iterations run over the plan so far (all phases)."""
+        return sum(int(n) for _, n in self.phases) - self.iterations_left()
+
     def iterations_until(self, name, iteration):
         """Iterations to run until phase ``name`` has done ``iteration`` iterations (0 if it
         has, or is past them)."""

@@ -156,7 +156,10 @@ class Sampler:
             at a Ctrl-C and at a failure: every chain's state, the draws so far, the
             sampler's arguments and, for surrogate samplers, the fitted surrogates.
             :func:`rnshmc.resume` continues it to the draws of the uninterrupted run. An
-            existing file is not overwritten (resume it, or remove it).
+            existing file is not overwritten (resume it, or remove it), and a second run
+            pointed at a path in use refuses to start (a lock file beside it). A write that
+            fails (read-only folder, disk full) leaves the last good checkpoint: the run goes
+            on with a warning, and the result's ``checkpoint_failures`` lists them.
         checkpoint_every : int, a duration as a string ("90s", "10min", "2h") or datetime.timedelta
             An int: iterations per chain between checkpoints (default 1000; the chains wait
             for each other there). A duration: a checkpoint after each chain's first chunk
@@ -220,6 +223,8 @@ class Sampler:
         serial = _execution.serial_reason(self, pool, len(states), states[0].dim)
         if serial:
             warnings.warn(serial, RuntimeWarning, stacklevel=user_stacklevel())
+        if checkpointer is not None:
+            checkpointer.acquire()  # (a second run on the same checkpoint refuses here)
         try:
             states, stopping = _execution.run_to_end(self, states, progress=progress,
                                                      pool=pool, checkpointer=checkpointer,
@@ -231,14 +236,26 @@ class Sampler:
                 raise
             result = self.result(drawn)
             result["interrupted"] = True
+            self._report_checkpoint_failures(result, checkpointer)
             return result
+        finally:
+            if checkpointer is not None:
+                checkpointer.release()
         result = self.result(states)
+        self._report_checkpoint_failures(result, checkpointer)
         if stopping is not None:
             result["stopping"] = stopping
         if serial:
             result["serial_chains"] = serial
         object.__setattr__(result, "_chain_states", states)  # (for a warm start; not saved)
         return result
+
+    @staticmethod
+    def _report_checkpoint_failures(result, checkpointer):
+        """``checkpoint_failures``: (iteration, error) of each checkpoint write that failed
+        (the run went on; the checkpoint on disk is the last good one)."""
+        if checkpointer is not None and checkpointer.failures:
+            result["checkpoint_failures"] = [list(f) for f in checkpointer.failures]
 
     def init_states(self, draws=1000, tune=None, chains=1, rng=None, init=None):
         """The initial :class:`~rnshmc.ChainState` of each chain (arguments as for

@@ -227,4 +227,4 @@ def positions(sampler, states):
 
 def progress_of(states):
     """The iterations the slowest chain has run (over its plan so far)."""
-    return min(sum(int(n) for _, n in s.phases) - s.iterations_left() for s in states)
+    return min(s.iterations_done() for s in states)

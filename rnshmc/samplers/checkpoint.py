@@ -8,6 +8,8 @@ so :func:`resume` finds the class of a saved run without importing the samplers.
 """
 import datetime
 import os
+import socket
+import warnings
 
 import numpy as np
 
@@ -15,7 +17,7 @@ from ..models import Gaussian
 from ..results import SampleResult, load as load_tree
 from ..state import ChainState
 from ..targets import as_ctarget, target_dim
-from ..validation import check_integer
+from ..validation import check_integer, user_stacklevel
 
 __all__ = ["Checkpointer", "checkpoint_interval", "resume", "SAMPLERS"]
 
@@ -63,6 +65,15 @@ def checkpoint_interval(every):
 class Checkpointer:
     """Writes a run's checkpoints to ``path``.
 
+    While a run holds it (:meth:`acquire` to :meth:`release`), a lock file ``path + ".lock"``
+    (this process's id and host) makes a second run pointed at the same path refuse to start,
+    instead of the two overwriting each other's checkpoints. A lock left by a process that has
+    died (same host, no such process) is taken over.
+
+    A write that fails (a read-only folder, a full disk) leaves the previous checkpoint as it
+    was: the run goes on, with one warning naming the error, and its result lists the
+    failures (``checkpoint_failures``).
+
     Parameters
     ----------
     path : str or path-like
@@ -75,6 +86,70 @@ class Checkpointer:
         self.path, self.sampler, self.run = os.fspath(path), sampler, dict(run)
         self.every = run.get("checkpoint_every")
         self.seconds = run.get("checkpoint_seconds")
+        self.failures = []     # (iteration of the slowest chain, error) of each failed write
+        self.written_at = None  # the slowest chain's iteration at the last good write
+        self._locked = False
+
+    @property
+    def lock_path(self):
+        return f"{self.path}.lock"
+
+    def acquire(self):
+        """Take the checkpoint's lock for this run.
+
+        Raises
+        ------
+        FileExistsError
+            If another live process holds it.
+        """
+        owner = f"{os.getpid()} {socket.gethostname()}"
+        for _ in range(2):
+            try:
+                descriptor = os.open(self.lock_path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            except FileExistsError:
+                holder = self._holder()
+                if holder is not None:
+                    raise FileExistsError(
+                        f"{self.path} is in use by another run (process {holder}, lock file "
+                        f"{self.lock_path}): two runs writing one checkpoint would overwrite "
+                        "each other's; wait for it, or remove the lock file if that run is "
+                        "gone") from None
+                os.remove(self.lock_path)  # (a dead process's lock)
+                continue
+            with os.fdopen(descriptor, "w") as f:
+                f.write(owner)
+            self._locked = True
+            return
+        raise FileExistsError(f"{self.lock_path}: cannot take the checkpoint's lock")
+
+    def _holder(self):
+        """The live process holding the lock ("pid host"), or None if its holder is gone."""
+        try:
+            with open(self.lock_path) as f:
+                pid, host = f.read().split(maxsplit=1)
+            pid = int(pid)
+        except (OSError, ValueError):
+            return "unknown"  # (being written, or not ours: do not take it)
+        if host.strip() != socket.gethostname():
+            return f"{pid} on {host.strip()}"  # (another machine's: cannot tell if it lives)
+        if pid == os.getpid():
+            return f"{pid} (this process)"
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            pass  # (alive, another user's)
+        return str(pid)
+
+    def release(self):
+        """Give the lock back (at the end of the run, whatever the outcome)."""
+        if self._locked:
+            self._locked = False
+            try:
+                os.remove(self.lock_path)
+            except FileNotFoundError:
+                pass
 
     def write(self, states, rule=None):
         """Write every chain's state, the sampler's configuration and the run's arguments
@@ -89,15 +164,30 @@ class Checkpointer:
                             states=[_state_tree(state) for state in states],
                             target_check=_target_check(sampler.target, states[0]))
         temporary = f"{self.path}.partial.npz"  # the .npz suffix keeps numpy from adding one
+        iteration = min(state.iterations_done() for state in states)
         try:
             with open(temporary, "wb") as f:
                 tree.save(f)
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(temporary, self.path)
-        finally:  # interrupted while writing: the previous checkpoint stands
-            if os.path.exists(temporary):
+            self.written_at = iteration
+        except OSError as error:  # the previous checkpoint stands; the run goes on
+            self.failures.append((iteration, f"{type(error).__name__}: {error}"))
+            if len(self.failures) == 1:
+                before = ("the previous checkpoint (at iteration "
+                          f"{self.written_at}) is intact" if self.written_at is not None
+                          else "no checkpoint has been written yet")
+                warnings.warn(f"{self.sampler.name}: writing the checkpoint {self.path} "
+                              f"failed ({type(error).__name__}: {error}); {before}. The run "
+                              "goes on and keeps trying at each checkpoint; its result lists "
+                              "the failures (checkpoint_failures).", RuntimeWarning,
+                              stacklevel=user_stacklevel())
+        finally:  # interrupted or failed while writing: the previous checkpoint stands
+            try:
                 os.remove(temporary)
+            except OSError:
+                pass
 
 
 def _state_tree(state):

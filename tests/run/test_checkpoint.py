@@ -272,3 +272,66 @@ def test_arns_checkpoints_keep_the_online_estimator(share, stop, tmp_path):
     np.testing.assert_array_equal(resumed.samples, full.samples)
     np.testing.assert_array_equal(resumed.installed, full.installed)
     np.testing.assert_array_equal(resumed.n_online_points, full.n_online_points)
+
+
+def test_a_failing_checkpoint_write_keeps_the_last_good_one_and_the_run_goes_on(
+        tmp_path, monkeypatch):
+    """The disk fills after the first checkpoint (a failing rename, as ENOSPC would make the
+    write fail): the run ends with all its draws, warns once, lists the failures, and the
+    checkpoint on disk is the first one, which resumes to the uninterrupted draws."""
+    import errno
+    from rnshmc.samplers import checkpoint as checkpoint_module
+    model = rnshmc.models.Gaussian(np.zeros(3), covariance=np.eye(3))
+    kwargs = dict(draws=300, tune=100, chains=2, rng=3, progress=False, pool=None)
+    full = rnshmc.HMC(model, n_steps=3).sample(**kwargs)
+    path = tmp_path / "run.npz"
+    replace, calls = os.replace, []
+
+    def fills_up(source, target):
+        calls.append(target)
+        if len(calls) > 1:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        replace(source, target)
+
+    monkeypatch.setattr(checkpoint_module.os, "replace", fills_up)
+    with pytest.warns(RuntimeWarning, match="checkpoint .* failed .*No space left.*iteration 100"
+                                            ) as caught:
+        result = rnshmc.HMC(model, n_steps=3).sample(**kwargs, checkpoint=path,
+                                                     checkpoint_every=100)
+    assert sum("checkpoint" in str(w.message) for w in caught) == 1
+    np.testing.assert_array_equal(result.samples, full.samples)
+    assert [f[0] for f in result["checkpoint_failures"]] == [200, 300, 400]
+    assert not list(tmp_path.glob("*.partial.npz")) and not (tmp_path / "run.npz.lock").exists()
+    monkeypatch.setattr(checkpoint_module.os, "replace", replace)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        resumed = rnshmc.resume(path, progress=False, pool=None)  # (from iteration 100)
+    np.testing.assert_array_equal(resumed.samples, full.samples)
+
+
+@pytest.mark.filterwarnings("ignore::rnshmc.diagnostics.SamplingWarning")  # (10 draws)
+def test_two_runs_on_one_checkpoint_path_the_second_refuses(tmp_path):
+    """A run holds a lock beside its checkpoint: a second sample() or resume() on that path
+    refuses while the first runs; a lock left by a dead process is taken over."""
+    from rnshmc.samplers.checkpoint import Checkpointer
+    model = rnshmc.models.Gaussian(np.zeros(2), covariance=np.eye(2))
+    sampler = rnshmc.HMC(model, n_steps=3)
+    path = tmp_path / "run.npz"
+    first = Checkpointer(path, sampler, dict(draws=10, checkpoint_every=10))
+    first.acquire()  # (a run under way in this process)
+    with pytest.raises(FileExistsError, match="in use by another run"):
+        sampler.sample(10, tune=10, chains=1, rng=0, progress=False, checkpoint=path)
+    first.release()
+    sampler.sample(10, tune=10, chains=1, rng=0, progress=False, checkpoint=path,
+                   checkpoint_every=5, pool=None)
+    first.acquire()
+    with pytest.raises(FileExistsError, match="in use by another run"):
+        rnshmc.resume(path, progress=False)
+    first.release()
+    # a dead process's lock
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    import socket
+    (tmp_path / "run.npz.lock").write_text(f"{int(gone.stdout)} {socket.gethostname()}")
+    rnshmc.resume(path, progress=False, pool=None)
+    assert not (tmp_path / "run.npz.lock").exists()
