@@ -60,15 +60,19 @@ def map_chains(function, tasks, pool=None, stop=None):
     if not hasattr(pool, "submit"):
         raise TypeError("pool must be a concurrent.futures.Executor (with a submit method) "
                         "or a dask.distributed.Client")
-    if is_dask(pool):
-        client = getattr(pool, "_client", pool)  # a Client, or its executor's
-        # the function (the sampler and its model: a large data set) goes to the workers
-        # once, not once a task
-        function = client.scatter(function, broadcast=True, hash=False)
-        futures = [client.submit(_call, function, task, pure=False) for task in tasks]
-    else:
-        futures = [pool.submit(function, task) for task in tasks]
+    futures = []
     try:
+        # a Ctrl-C (or SIGTERM) while submitting would raise inside the executor's
+        # machinery: signals wait until every task is in (and are then handled below)
+        with _signals_held():
+            if is_dask(pool):
+                client = getattr(pool, "_client", pool)  # a Client, or its executor's
+                # the function (the sampler and its model: a large data set) goes to the
+                # workers once, not once a task
+                function = client.scatter(function, broadcast=True, hash=False)
+                futures = [client.submit(_call, function, task, pure=False) for task in tasks]
+            else:
+                futures = [pool.submit(function, task) for task in tasks]
         return [future.result() for future in futures]
     except KeyboardInterrupt as interrupt:
         if stop is None:
@@ -77,9 +81,32 @@ def map_chains(function, tasks, pool=None, stop=None):
         for future in futures:
             future.cancel()
         _interrupt_workers(pool)
+        if not is_dask(pool):
+            # a worker that took its task just as the SIGINT came has not yet armed it (it
+            # ignores SIGINT between tasks): signal again until every task under way is back
+            from concurrent.futures import wait
+            running = [future for future in futures if not future.cancelled()]
+            while wait(running, timeout=0.5)[1]:
+                _interrupt_workers(pool)
         interrupt.outcomes = [None if future.cancelled() else future.result()
-                              for future in futures]
+                              for future in futures] + [None] * (len(tasks) - len(futures))
         raise
+
+
+@contextlib.contextmanager
+def _signals_held():
+    """SIGINT and SIGTERM held back from this thread while the block runs (POSIX), delivered
+    when it ends."""
+    import signal
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    held = {signal.SIGINT, signal.SIGTERM}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _call(function, task):
@@ -103,9 +130,39 @@ def _interrupt_workers(pool):
 def _ignore_sigint():
     """Process-pool worker initializer: ignore SIGINT between tasks (a chain's task turns it
     into a KeyboardInterrupt while it runs, see :func:`interruptible`), so that an idle
-    worker survives a Ctrl-C and the pool stays usable."""
+    worker survives a Ctrl-C and the pool stays usable; and ignore SIGTERM, which a batch
+    scheduler sends to every process of the job: the parent turns it into the Ctrl-C it
+    forwards (see :func:`sigterm_as_ctrl_c`)."""
     import signal
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
+@contextlib.contextmanager
+def sigterm_as_ctrl_c():
+    """While a run goes on in the main thread: SIGTERM (what batch schedulers send before
+    they kill a job) does what a Ctrl-C does, through the SIGINT handler in place (every
+    chain stops after its current transition, the checkpoint is written, the draws so far
+    are returned). Nothing is changed outside the main thread or where the user has a
+    SIGTERM handler of their own."""
+    import signal
+    if (threading.current_thread() is not threading.main_thread()
+            or not hasattr(signal, "SIGTERM")
+            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL):
+        yield
+        return
+
+    def as_ctrl_c(signum, frame):
+        handler = signal.getsignal(signal.SIGINT)
+        if callable(handler):
+            sys.stderr.write("\nrnshmc: SIGTERM received: stopping as at a Ctrl-C\n")
+            handler(signal.SIGINT, frame)
+
+    previous = signal.signal(signal.SIGTERM, as_ctrl_c)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 @contextlib.contextmanager

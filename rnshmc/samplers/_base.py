@@ -16,7 +16,7 @@ import warnings
 import numpy as np
 
 from ..models import Gaussian
-from ..parallel import chain_generators
+from ..parallel import chain_generators, sigterm_as_ctrl_c
 from ..state import ChainState, generator_to_json
 from ..surrogate import Surrogate
 from ..targets import as_ctarget, check_target, target_dim
@@ -226,9 +226,10 @@ class Sampler:
         if checkpointer is not None:
             checkpointer.acquire()  # (a second run on the same checkpoint refuses here)
         try:
-            states, stopping = _execution.run_to_end(self, states, progress=progress,
-                                                     pool=pool, checkpointer=checkpointer,
-                                                     rule=rule)
+            with sigterm_as_ctrl_c():  # (a batch scheduler's SIGTERM: saved as at a Ctrl-C)
+                states, stopping = _execution.run_to_end(self, states, progress=progress,
+                                                         pool=pool, checkpointer=checkpointer,
+                                                         rule=rule)
         except KeyboardInterrupt as interrupt:
             drawn = _result.drawn_so_far(self.name, getattr(interrupt, "states", None),
                                          None if checkpointer is None else checkpointer.path)

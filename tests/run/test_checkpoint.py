@@ -75,16 +75,17 @@ def test_a_killed_run_resumes_to_the_uninterrupted_draws(phase, tmp_path):
     np.testing.assert_array_equal(resumed.n_gradient_evals, full.n_gradient_evals)
 
 
-def ctrl_c_at(evaluation, model, times=1):
-    """``model`` as a Python target that sends this process a SIGINT at its
+def ctrl_c_at(evaluation, model, times=1, signum=signal.SIGINT):
+    """``model`` as a Python target that sends this process a SIGINT (or ``signum``) at its
     ``evaluation``-th gradient, and at the ``times - 1`` next ones (a Ctrl-C at a known point
     of the run, not after a timer that a busy machine can delay past the run's end; a C model
     interrupted without the GIL is test_interrupt.py's). Its ``count`` attribute counts the
-    evaluations."""
+    evaluations; ``sent`` is when the signal went (time.monotonic())."""
     def logp_and_grad(q):
         target.count += 1
         if evaluation is not None and 0 <= target.count - evaluation < times:
-            os.kill(os.getpid(), signal.SIGINT)
+            target.sent = time.monotonic()
+            os.kill(os.getpid(), signum)
         return model.log_density_gradient(q)
     target = rnshmc.Target(None, logp_and_grad=logp_and_grad, dim=model.dim)
     target.count = 0
@@ -113,6 +114,94 @@ def test_ctrl_c_writes_a_checkpoint_that_resumes_exactly(tmp_path, capfd):
             **kwargs, progress=False, pool=None)
     np.testing.assert_array_equal(resumed.samples, full.samples)
     np.testing.assert_array_equal(partial.samples, full.samples[:, :partial.samples.shape[1]])
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGTERM from a batch scheduler is POSIX")
+def test_sigterm_saves_and_stops_as_a_ctrl_c(tmp_path, capfd):
+    """A batch scheduler's SIGTERM: the run stops after the transition under way, writes its
+    checkpoint and returns the draws so far within 2 s; the checkpoint resumes to the
+    uninterrupted draws. Outside a run, SIGTERM's handler is Python's again."""
+    model = rnshmc.models.Gaussian(np.zeros(50), covariance=np.eye(50))
+    kwargs = dict(draws=2000, tune=100, chains=1, rng=6)
+    path = tmp_path / "run.npz"
+    terminated = ctrl_c_at(10005, model, signum=signal.SIGTERM)
+    with pytest.warns(RuntimeWarning, match="interrupted"):
+        partial = rnshmc.HMC(terminated, step_size=0.05, n_steps=10).sample(
+            **kwargs, progress=False, checkpoint=path, checkpoint_every=10**6, pool=None)
+    assert time.monotonic() - terminated.sent < 2.0
+    assert "SIGTERM received" in capfd.readouterr().err
+    assert partial.interrupted and 0 < partial.samples.shape[1] < 2000
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        resumed = rnshmc.resume(path, target=ctrl_c_at(None, model), progress=False)
+        full = rnshmc.HMC(ctrl_c_at(None, model), step_size=0.05, n_steps=10).sample(
+            **kwargs, progress=False, pool=None)
+    np.testing.assert_array_equal(resumed.samples, full.samples)
+    np.testing.assert_array_equal(partial.samples, full.samples[:, :partial.samples.shape[1]])
+
+
+POOL_TARGET = textwrap.dedent("""
+    import numpy as np
+    import rnshmc
+
+    def logp_and_grad(q):
+        return -0.5 * float(q @ q), -q
+
+    TARGET = rnshmc.Target(None, logp_and_grad=logp_and_grad, dim=20)
+""")
+POOL_CHILD = textwrap.dedent("""
+    import sys
+    import rnshmc
+    from pool_target import TARGET
+    rnshmc.HMC(TARGET, step_size=0.1, n_steps=20).sample(
+        4000, tune=100, chains=2, rng=4, progress=False, checkpoint=sys.argv[1],
+        checkpoint_every=200)
+""")
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGTERM from a batch scheduler is POSIX")
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="a process pool needs two cores")
+def test_sigterm_to_every_process_of_a_process_pool_run_saves_it(tmp_path):
+    """SIGTERM to the whole process group (as a batch scheduler sends it) of a run on a
+    process pool (a Python model: spawned workers): the workers ignore it, the parent stops
+    the chains as at a Ctrl-C, writes the checkpoint and exits within 2 s. The checkpoint
+    holds the uninterrupted run's draws up to the interruption and resumes to a complete
+    run (as after a Ctrl-C on a process pool, the transition a worker's Python model was in
+    is cut, so the draws after it are a valid continuation, not the same ones)."""
+    (tmp_path / "pool_target.py").write_text(POOL_TARGET)
+    (tmp_path / "run.py").write_text(POOL_CHILD)
+    path = tmp_path / "run.npz"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(tmp_path), os.path.dirname(os.path.dirname(os.path.abspath(rnshmc.__file__)))]))
+    child = subprocess.Popen([sys.executable, "run.py", str(path)], cwd=tmp_path, env=env,
+                             start_new_session=True, stderr=subprocess.PIPE, text=True)
+    try:
+        assert wait_for(path.exists, 120), "no checkpoint was written"
+        sent = time.monotonic()
+        os.killpg(child.pid, signal.SIGTERM)
+        child.wait(timeout=30)
+        assert time.monotonic() - sent < 2.0
+    finally:
+        if child.poll() is None:
+            os.killpg(child.pid, signal.SIGKILL)
+    assert "SIGTERM received" in child.stderr.read()
+    sys.path.insert(0, str(tmp_path))
+    try:
+        from pool_target import TARGET
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            saved = dict(rnshmc.load(path))
+            drawn = min(s["iteration"] if s["phases"][s["phase_index"]][0] == "sampling"
+                        else 0 for s in saved["states"])
+            resumed = rnshmc.resume(path, target=TARGET, progress=False, pool=None)
+            full = rnshmc.HMC(TARGET, step_size=0.1, n_steps=20).sample(
+                4000, tune=100, chains=2, rng=4, progress=False, pool=None)
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("pool_target", None)
+    assert drawn > 0 and resumed.samples.shape == full.samples.shape
+    np.testing.assert_array_equal(resumed.samples[:, :drawn], full.samples[:, :drawn])
 
 
 def test_a_second_ctrl_c_stops_at_once(tmp_path):
