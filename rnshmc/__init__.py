@@ -18,9 +18,8 @@ from .surrogate import RandomNetworkSurrogate
 from .gaussian_process import GaussianProcessSurrogate
 from .targets import Target
 from .auto import sample
-from .versions import show_versions
+from .versions import __version__, show_versions
 
-__version__ = "0.1.0"
 
 __all__ = ["sample", "HMC", "RNSHMC", "ARNSHMC", "RMHMC", "RNSRMHMC", "L2HMC", "GradientFreeRNSHMC",
            "AdaptiveMetropolis", "RandomNetworkSurrogate", "GaussianProcessSurrogate", "serve_surrogate", "Target", "SampleResult", "load", "ChainState", "resume",

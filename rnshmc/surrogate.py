@@ -132,6 +132,12 @@ class Surrogate:
     def _restore(self, extra):
         """Rebuild what ``get_state`` saved besides the attributes (``EXTRA_STATE``)."""
 
+    @classmethod
+    def settings_dim(cls, options):
+        """The dimension in which a sampler checks these ``options`` (before it knows the
+        target's): 2 unless an option's size says otherwise."""
+        return 2
+
     def settings(self):
         """The constructor's settings (``OPTIONS``) of this surrogate, as a dict: what a
         sampler given this (unfitted) surrogate fits with."""

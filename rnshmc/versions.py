@@ -5,6 +5,9 @@ import sys
 
 __all__ = ["show_versions", "versions"]
 
+#: rnshmc's version (``rnshmc.__version__``; pyproject.toml's)
+__version__ = "0.1.0"
+
 
 def versions():
     """The versions and build of rnshmc and what it runs on.
@@ -24,7 +27,6 @@ def versions():
     import scipy.linalg  # (loads the BLAS that SciPy ships or links)
     from threadpoolctl import threadpool_info
 
-    from . import __version__
     from ._kernels._build import build_info
     try:
         import Cython

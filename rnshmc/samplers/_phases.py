@@ -807,7 +807,8 @@ class SurrogateSettings:
         self.options = (dict(self.NETWORK_DEFAULTS, **options) if kind == "random_network"
                         else dict(options))
         self.values_weight_scale = values_weight_scale
-        self.cls(2, rng=0, **self.options_for(2, 2))  # checks the options
+        dim = self.cls.settings_dim(self.options)
+        self.cls(dim, rng=0, **self.options_for(dim, 2))  # checks the options
 
     @classmethod
     def from_group(cls, n_hidden, group, values_weight_scale=None):

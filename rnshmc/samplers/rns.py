@@ -40,9 +40,9 @@ class RNSHMC(Sampler):
 
     1. **exploration**: exact HMC (step size and mass matrix adapted here unless given), whose
        chain states, with their potentials and gradients, are recorded;
-    2. **training**: one fit of a :class:`~rnshmc.RandomNetworkSurrogate` to the last
-       ``n_train`` exploration states (repeated rows from rejections included, as in the
-       papers);
+    2. **training**: one fit of the surrogate (by default a
+       :class:`~rnshmc.RandomNetworkSurrogate`) to the exploration's training data (see
+       ``training_data``);
     3. **sampling**: the leapfrog runs on the surrogate's gradient; the Metropolis test uses
        the true density, so the chain targets the true posterior whatever the surrogate's
        quality (the surrogate flow is reversible and volume preserving). Each iteration costs
@@ -88,8 +88,10 @@ class RNSHMC(Sampler):
           trajectories with its exact potential and gradient ("trajectories", default; no
           evaluation is added), except steps of diverging trajectories and steps whose
           potential lies above the window's highest state's plus the states' range; or
-          their chain states ("states", the papers', repeated rows from rejections
-          included). On the simulated logistic regression (d = 50, 200 exploration
+          their chain states ("states", the papers' protocol; repeated rows from
+          rejections included, which weight a state by how long the chain stayed there,
+          where the RNS paper's Algorithm 3 adds each accepted proposal once; a GP
+          surrogate uses each distinct state once). On the simulated logistic regression (d = 50, 200 exploration
           iterations, s = 2000) trajectories cut the surrogate's held-out error on posterior
           draws from 0.37 to 0.09; on the authors' PDE they were as good as states.
         - ``step_cost``: a surrogate leapfrog step's cost in exact densities, for

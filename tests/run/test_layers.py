@@ -11,7 +11,8 @@ ROOT = pathlib.Path(rnshmc.__file__).parent
 # modules that must not import the samplers or anything above them
 LOW_FLOORS = ["rnshmc.state", "rnshmc.targets", "rnshmc.results", "rnshmc.surrogate",
               "rnshmc.models", "rnshmc.fem", "rnshmc.adaptation", "rnshmc.diagnostics",
-              "rnshmc.validation", "rnshmc.parallel", "rnshmc.serve"]
+              "rnshmc.validation", "rnshmc.parallel", "rnshmc.serve", "rnshmc.gaussian_process",
+              "rnshmc.versions"]
 
 
 def module_name(path):

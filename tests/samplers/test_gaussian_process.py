@@ -365,3 +365,20 @@ def test_fitc_on_every_training_point_is_the_full_gp():
     np.testing.assert_allclose(fitc.predict(test), full.predict(test), rtol=1e-2)
     searched = rnshmc.GaussianProcessSurrogate(3, sparse=True, n_inducing=200, rng=0).fit(Q, t)
     assert searched.log_marginal_likelihood_ > full.log_marginal_likelihood_ - 1.0
+
+
+def test_repeated_points_count_once_and_fixed_lengthscales_reach_the_samplers():
+    """A chain's history repeats rejected states: the GP fits the distinct points (the same
+    surrogate as from them alone). A fixed lengthscale per coordinate is a valid sampler
+    setting."""
+    Q, t, test = data(10, n=50)
+    repeated = np.vstack([Q, Q[:30], Q[:10]])
+    values = np.concatenate([t, t[:30], t[:10]])
+    once = rnshmc.GaussianProcessSurrogate(3, rng=0).fit(Q, t)
+    again = rnshmc.GaussianProcessSurrogate(3, rng=0).fit(repeated, values)
+    assert again.n_hidden == 50 and again.n_train_ == 90
+    np.testing.assert_allclose(again.predict(test), once.predict(test), rtol=1e-6)
+    model = rnshmc.models.Gaussian(np.zeros(3), covariance=np.eye(3))
+    sampler = rnshmc.RNSHMC(model, surrogate=rnshmc.GaussianProcessSurrogate(
+        3, lengthscale=[1.0, 2.0, 3.0], signal_sd=2.0))
+    assert list(sampler.surrogate_settings.options["lengthscale"]) == [1.0, 2.0, 3.0]
