@@ -254,7 +254,15 @@ def local_pool(chains, processes):
             with _main_module_hidden():  # the workers start on these submits
                 for started in [pool.submit(os.getpid) for _ in range(workers)]:
                     started.result()
-            yield pool
+            try:
+                yield pool
+            except BaseException:
+                # interrupted or failed: the chains' outcomes are in, and a worker that died
+                # (a signal to the whole process group) would leave the pool's threads
+                # blocked on its pipe at shutdown: end the workers first
+                for process in list((pool._processes or {}).values()):
+                    process.kill()
+                raise
     else:
         from concurrent.futures import ThreadPoolExecutor
         with ThreadPoolExecutor(workers) as pool:
