@@ -46,7 +46,7 @@ BLAS/OpenMP thread: the surrogates' small matrix-vector products gain nothing fr
 and on a busy machine threaded BLAS slowed surrogate sampling by up to 400 times.
 
 ``--quick`` (under a minute): Fig. 1 with 10 fits per method; Fig. 2 with 1000 exploration
-iterations and 2000 draws (full: 2000 and 5000); Fig. 3 at N = 300 and 800 with 200
+iterations and 2000 draws (full: 2000 and 5000); Fig. 3 at N = 200 and 500 with 100
 inducing points or units, 2 runs of 300 draws; Figs 4-5 on 2x2 grids (d = 4, 8; s = 50,
 200; N = 100, 400 at d = 8) with 2000 rows, 2 runs of 200 draws; Fig. 6 with d = 21
 (beta_1, beta_11, beta_21), 5000 rows, 200 units, 1000 + 1000 iterations. The full run took
@@ -715,8 +715,8 @@ def sizes(args):
     quick = args.quick
     args.fig1_runs = 10 if quick else 100
     args.fig2_draws, args.fig2_tune = (2000, 1000) if quick else (5000, 2000)
-    args.fig3_N = (300, 800) if quick else (500, 1000, 2000, 4000, 8000)
-    args.fig3_size = 200 if quick else 1000
+    args.fig3_N = (200, 500) if quick else (500, 1000, 2000, 4000, 8000)
+    args.fig3_size = 100 if quick else 1000
     args.fig3_runs, args.fig3_draws = (2, 300) if quick else (10, 2000)
     args.grid_rows = 2000 if quick else 10_000
     args.grid_s = (50, 200) if quick else (125, 250, 500, 1000, 2000)
