@@ -274,6 +274,8 @@ class GaussianProcessSurrogate(Surrogate):
         Training points, and units of the predictive mean (N or M).
     fit_residual_ : float
         Root-mean-square misfit on the training set.
+    gradient_residual_ : None
+        (A GP fits no gradients; the random networks' attribute of that name.)
     fit_time_, optimize_time_ : float
         Seconds of the last fit, and of its hyperparameter search within it.
     """
@@ -433,6 +435,7 @@ class GaussianProcessSurrogate(Surrogate):
         self.n_hidden = len(centres)
         self._ctarget = ctarget
         self.fit_residual_ = _rms(ctarget.predict(np.ascontiguousarray(Q)) - t)
+        self.gradient_residual_ = None  # (values only, as every surrogate reports)
         self.optimize_time_ = optimize_seconds
         self.fit_time_ = time.perf_counter() - start
         return self

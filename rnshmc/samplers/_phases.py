@@ -1859,8 +1859,8 @@ def surrogate_report(result, states):
     result["n_train"] = np.array([s["n_train_"] for s in surrogates], dtype=np.int64)
     result["fit_residual"] = np.array([s["fit_residual_"] for s in surrogates])
     result["gradient_residual"] = np.array(
-        [np.nan if s.get("gradient_residual_") is None else s["gradient_residual_"]
-         for s in surrogates])  # (None or absent: a values-only fit)
+        [np.nan if s["gradient_residual_"] is None else s["gradient_residual_"]
+         for s in surrogates])
     result["surrogate"] = surrogates
     draws = result.samples.shape[1]
     result["exact_dynamics"] = np.stack(

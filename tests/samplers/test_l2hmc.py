@@ -357,10 +357,10 @@ def rough_well_variance(model):
 # reference training with the temperature annealed, so that it switches modes. Each returns
 # the model, the true means and the true variances.
 FOUR_ENERGIES = {
-    "correlated": (lambda: papers.L2HMC_TARGETS["correlated"][1](), dict(n_iterations=500)),
-    "ill": (lambda: papers.L2HMC_TARGETS["ill"][1](), dict(n_iterations=500, scale=10.0)),
-    "rough": (lambda: papers.L2HMC_TARGETS["rough"][1](), dict(n_iterations=500)),
-    "mixture": (lambda: papers.L2HMC_MIXTURE["model"](),
+    "correlated": (papers.L2HMC_TARGETS["correlated"][1], dict(n_iterations=500)),
+    "ill": (papers.L2HMC_TARGETS["ill"][1], dict(n_iterations=500, scale=10.0)),
+    "rough": (papers.L2HMC_TARGETS["rough"][1], dict(n_iterations=500)),
+    "mixture": (papers.L2HMC_MIXTURE["model"],
                 dict(n_iterations=5000, chains=200,
                      temperature=papers.L2HMC_MIXTURE["temperature"])),
 }
