@@ -1,5 +1,6 @@
 """The front door: ``rnshmc.sample(model, ess=1000)`` picks the sampler that reaches the user's
-ESS with the fewest exact model evaluations, and samples until it has (``docs/guide.md``).
+ESS with the fewest exact model evaluations, and samples until it has
+(``docs/guide/choosing-a-sampler.md``).
 """
 import math
 

@@ -9,6 +9,9 @@ Per-coordinate results have shape ``(dim,)``; for a 1-d input they are a
 Python ``float``.  Every diagnostic needs at least 4 draws per chain and
 finite values, otherwise a :class:`ValueError` naming the problem is raised.
 
+The ESS of one chain is Geyer's, truncated by the initial monotone sequence [1]_; R-hat and the
+bulk and tail ESS are the rank-normalised ones of Vehtari et al. [2]_.
+
 References
 ----------
 .. [1] C. J. Geyer (1992). Practical Markov chain Monte Carlo.

@@ -53,7 +53,10 @@ def map_chains(function, tasks, pool=None, stop=None):
     (Ctrl-C) so that the chains of a thread pool stop; the workers of a pool made by
     :func:`local_pool` are sent SIGINT. The tasks under way are then still awaited (they
     return within a transition) and the KeyboardInterrupt is raised with ``outcomes``: one
-    per task, None for a task that never started.
+    per task, None for a task that never started. With ``stop``, a task that does not return
+    (the pool failed: a Dask worker that died more often than the task may be retried, a
+    broken process pool) raises its exception likewise, with ``outcomes`` of the finished
+    tasks (None for the others, which are cancelled).
     """
     if pool is None:
         return [function(task) for task in tasks]
@@ -91,6 +94,33 @@ def map_chains(function, tasks, pool=None, stop=None):
         interrupt.outcomes = [None if future.cancelled() else future.result()
                               for future in futures] + [None] * (len(tasks) - len(futures))
         raise
+    except Exception as failure:
+        # a task that did not return: the chains' own exceptions come back as values (see
+        # rnshmc.samplers._execution._Guarded), so this is the pool's (Dask's KilledWorker,
+        # once a task's workers have died more often than distributed.scheduler.allowed-
+        # failures lets it be retried; a process pool's BrokenProcessPool). The run stops
+        # with every chain's state, as at a Ctrl-C, so that its checkpoint is written: the
+        # finished tasks' outcomes, None for the others (their chains continue from the
+        # states they had). Those are cancelled, not awaited: on a cluster a segment can
+        # take hours (a task already running there runs on, its result unused).
+        if stop is None:
+            raise
+        stop[0] = 1
+        failure.outcomes = [_finished(future) for future in futures] \
+            + [None] * (len(tasks) - len(futures))
+        for future in futures:
+            future.cancel()
+        raise
+
+
+def _finished(future):
+    """A finished task's value, or None (not finished, failed, or lost with its worker)."""
+    if not future.done():
+        return None
+    try:
+        return future.result(timeout=5)
+    except Exception:  # noqa: BLE001 - a lost result is as good as no result here
+        return None
 
 
 @contextlib.contextmanager

@@ -83,16 +83,20 @@ class SampleResult(dict):
         Name of the sampler that produced the result.
     converged : bool
         Whether the draws are a usable answer: max R-hat <= 1.01, bulk and tail ESS >= 100
-        per chain, and every chain moved (``docs/guide.md``, Results).
+        per chain, and every chain moved (``docs/guide/diagnostics.md``).
     convergence_problems : list of str
         Why not, when `converged` is False (empty otherwise).
 
+    Notes
+    -----
     Samplers may add further keys: ints, floats, bools, strings, ``None``,
     arrays, and (nested) dicts of these.  All of them survive
     :meth:`save` / :func:`load`.
 
     Examples
     --------
+    >>> import numpy as np
+    >>> from rnshmc import SampleResult
     >>> res = SampleResult(samples=np.zeros((2, 100, 3)), sampler="hmc")
     >>> res.samples.shape
     (2, 100, 3)

@@ -261,7 +261,7 @@ class RandomNetworkSurrogate(Surrogate):
     nodes : {"additive", "rbf"}
         Additive units a(w_i^T x + d_i) with w_i ~ N(0, weight_scale^2 I), d_i ~ N(0, 1) (the
         authors' draws, weight_scale = 1/sqrt(dim)); or Gaussian radial units
-        exp(-|x - c_i|^2 / (2 l_i^2)) whose centres c_i are training inputs picked at random at
+        ``exp(-|x - c_i|^2 / (2 l_i^2))`` whose centres c_i are training inputs picked at random at
         the fit and whose widths are l_i = u_i / weight_scale times the inputs' mean standard
         deviation, u_i ~ Uniform(0.5, 1.5), drawn here.
     activation : {"softplus", "sigmoid", "tanh"}
@@ -291,7 +291,7 @@ class RandomNetworkSurrogate(Surrogate):
         The number subtracted from the targets before solving (the minimum of the first
         fit's targets; partial fits keep it): numerics only, since c is not penalised.
     input_mean_, input_factor_ : ndarrays of shapes (dim,) and (dim, dim), or None
-        The whitening x = input_factor_^{-1} (q - input_mean_) (None without ``whiten``).
+        The whitening ``x = input_factor_^{-1} (q - input_mean_)`` (None without ``whiten``).
     gradient_metric_ : ndarray of shape (dim, dim) or None
         M, the lower Cholesky factor of the training inputs' covariance in which gradient
         misfits are measured (``input_factor_`` with ``whiten``; None for a values-only fit
@@ -362,8 +362,8 @@ class RandomNetworkSurrogate(Surrogate):
     def fit(self, Q, t, gradients=None, gradient_weight=1.0, online=False, like=None):
         """Fit the output weights to values (and optionally gradients) of the potential.
 
-        Minimises sum_j (z(q_j) - t_j)^2 + gradient_weight * sum_j |M^T (grad z(q_j) - g_j)|^2
-        + ridge |v|^2 over the output weights v and the constant c (not penalised, so a
+        Minimises ``sum_j (z(q_j) - t_j)^2 + gradient_weight * sum_j |M^T (grad z(q_j) - g_j)|^2
+        + ridge |v|^2`` over the output weights v and the constant c (not penalised, so a
         constant shift of the targets shifts c alone), through the normal equations (BLAS
         dsyrk, LAPACK Cholesky). M is the Cholesky factor of the training inputs' covariance:
         the gradient misfit is measured along the posterior's own scales (a gradient error

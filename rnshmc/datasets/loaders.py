@@ -65,17 +65,17 @@ def load_bank_marketing(return_names=False):
     ``bank-additional-full.csv``: rows with ``housing`` or ``loan`` equal to "unknown" are
     dropped (the same 990 rows for both), leaving 40,198 rows; the columns are
 
-    0. intercept (ones);
-    1. age;
-    2. education, coded 1..8 in alphabetical order of the category names ("basic.4y" = 1,
-       ..., "university.degree" = 7, "unknown" = 8);
-    3. housing (yes = 1, no = 0); 4. loan (yes = 1, no = 0);
-    5. contact (telephone = 1, cellular = 0);
-    6.-13. duration, campaign, previous, emp.var.rate, cons.price.idx, cons.conf.idx,
-       euribor3m, nr.employed;
-    14.-24. job dummies in alphabetical order (admin., blue-collar, entrepreneur, housemaid,
-       management, retired, self-employed, services, student, technician, unemployed);
-       the reference level is "unknown".
+    - 0: intercept (ones);
+    - 1: age;
+    - 2: education, coded 1..8 in alphabetical order of the category names ("basic.4y" = 1,
+      ..., "university.degree" = 7, "unknown" = 8);
+    - 3: housing (yes = 1, no = 0); 4: loan (yes = 1, no = 0);
+    - 5: contact (telephone = 1, cellular = 0);
+    - 6-13: duration, campaign, previous, emp.var.rate, cons.price.idx, cons.conf.idx,
+      euribor3m, nr.employed;
+    - 14-24: job dummies in alphabetical order (admin., blue-collar, entrepreneur, housemaid,
+      management, retired, self-employed, services, student, technician, unemployed);
+      the reference level is "unknown".
 
     Columns 1-24 are all z-scored (mean 0, sample standard deviation 1), the job dummies
     included, exactly as in the authors' matrix; a dummy is therefore two-valued, positive

@@ -10,7 +10,7 @@ __all__ = ["LogisticRegression"]
 class LogisticRegression(CTargetModel):
     """Posterior of logistic-regression coefficients under an isotropic Gaussian prior.
 
-    U(b) = sum_i [log(1 + exp(x_i^T b)) - y_i x_i^T b] + |b|^2 / (2 prior_variance).
+    ``U(b) = sum_i [log(1 + exp(x_i^T b)) - y_i x_i^T b] + |b|^2 / (2 prior_variance)``.
 
     Parameters
     ----------

@@ -189,7 +189,7 @@ class EllipticPDE:
     zero flux on x1 = 0, 1; kappa is constant per element with
     log kappa = basis @ theta (a truncated Karhunen-Loeve expansion of a squared-exponential
     Gaussian field); u is observed with Gaussian noise, and theta has an isotropic Gaussian
-    prior:
+    prior::
 
         U(theta) = |y - u_obs(theta)|^2 / (2 noise_sd^2) + |theta|^2 / (2 prior_sd^2).
 

@@ -116,7 +116,7 @@ class GaussianMixture(CTargetModel):
 
 
 class RoughWell(CTargetModel):
-    """L2HMC's rough well: U(q) = |q|^2 / 2 + eta sum_i cos(q_i / eta) (Levy et al. 2018,
+    """L2HMC's rough well: ``U(q) = |q|^2 / 2 + eta sum_i cos(q_i / eta)`` (Levy et al. 2018,
     sec. 5.1), a Gaussian with fast small ripples whose gradients swing by +-1.
 
     Parameters

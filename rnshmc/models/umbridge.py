@@ -148,9 +148,11 @@ class UMBridgeModel:
 
     Examples
     --------
-    >>> import rnshmc                                                  # doctest: +SKIP
-    >>> model = rnshmc.models.UMBridgeModel("http://localhost:4243", "posterior")
-    >>> result = rnshmc.HMC(model).sample(draws=1000)
+    With a model server running on port 4243 (here the UM-Bridge benchmark posteriors' name):
+
+    >>> import rnshmc
+    >>> model = rnshmc.models.UMBridgeModel("http://localhost:4243", "posterior")  # doctest: +SKIP
+    >>> result = rnshmc.HMC(model).sample(draws=1000)  # doctest: +SKIP
     """
 
     def __init__(self, url, name="forward", config=None, timeout=60.0):
@@ -229,7 +231,8 @@ class UMBridgeModel:
             return _number(output[0][0])
         except TypeError:
             raise UMBridgeError(f"the UM-Bridge model {self.name!r} at {self.url} answered "
-                                f"Evaluate with output {output!r:.200}, not [[log density]]") from None
+                                f"{_call('Evaluate', q)} with output {output!r:.200}, not "
+                                "[[log density]]") from None
 
     def log_density_gradient(self, q):
         """(log density, gradient) at ``q``: (float, ndarray of shape (dim,)).
@@ -250,7 +253,7 @@ class UMBridgeModel:
         if self.supports["Gradient"]:
             answer = self._request("Gradient", self._payload(
                 outWrt=0, inWrt=0, input=point, sens=[1.0]))
-            gradient = self._vector(answer, "Gradient", self.dim)
+            gradient = self._vector(answer, "Gradient", self.dim, q)
         else:  # output size one: row i of the Jacobian's transpose is J e_i
             gradient = np.empty(self.dim)
             for i in range(self.dim):
@@ -258,7 +261,7 @@ class UMBridgeModel:
                 unit[i] = 1.0
                 answer = self._request("ApplyJacobian", self._payload(
                     outWrt=0, inWrt=0, input=point, vec=unit))
-                gradient[i] = self._vector(answer, "ApplyJacobian", 1)[0]
+                gradient[i] = self._vector(answer, "ApplyJacobian", 1, q)[0]
         return value, gradient
 
     # ------------------------------------------------------------------------------------------
@@ -273,7 +276,7 @@ class UMBridgeModel:
             raise ValueError(f"q must have shape ({self.dim},), got {q.shape}")
         return q
 
-    def _vector(self, answer, endpoint, size):
+    def _vector(self, answer, endpoint, size, q):
         output = answer.get("output")
         try:
             if not (isinstance(output, list) and len(output) == size):
@@ -281,8 +284,8 @@ class UMBridgeModel:
             return np.array([_number(value) for value in output])
         except TypeError:
             raise UMBridgeError(f"the UM-Bridge model {self.name!r} at {self.url} answered "
-                                f"{endpoint} with output {output!r:.200}, not a list of "
-                                f"{size} numbers") from None
+                                f"{_call(endpoint, q)} with output {output!r:.200}, not a "
+                                f"list of {size} numbers") from None
 
     def _session(self):
         session = getattr(self._local, "session", None)
@@ -294,8 +297,15 @@ class UMBridgeModel:
         """The JSON answer of the server to ``GET /endpoint`` (``payload`` None) or
         ``POST /endpoint`` with ``payload``."""
         requests = import_requests()
-        from urllib3.exceptions import ReadTimeoutError  # installed with requests
+        from urllib3.exceptions import ProtocolError, ReadTimeoutError  # (with requests)
         address = f"{self.url}/{endpoint}"
+        # an evaluation's errors name the model and the point: a run that stops on one says
+        # where the model failed (its chains' states say when)
+        call = endpoint
+        if payload is not None and "input" in payload:
+            call = _call(endpoint, payload["input"][0])
+        # (for the messages that do not say "the UM-Bridge model ..." already)
+        of_model = "" if payload is None else f" (model {self.name!r})"
         try:
             if payload is None:
                 response = self._session().get(address, timeout=self.timeout)
@@ -305,32 +315,37 @@ class UMBridgeModel:
                     address, data=json.dumps(payload), timeout=self.timeout,
                     headers={"Content-Type": "application/json"})
         except requests.Timeout:
-            raise self._timeout_error(endpoint) from None
+            raise self._timeout_error(call + of_model) from None
         except requests.ConnectionError as error:
             reason = error.args[0] if error.args else error
             if isinstance(reason, ReadTimeoutError):  # a timeout while reading the body
-                raise self._timeout_error(endpoint) from None
+                raise self._timeout_error(call + of_model) from None
+            if isinstance(reason, ProtocolError):  # connected, then dropped before an answer
+                raise UMBridgeConnectionError(
+                    f"the UM-Bridge server at {self.url} closed the connection without "
+                    f"answering {call}{of_model}: did it crash or stop? "
+                    f"({_reason(reason)})") from None
             raise UMBridgeConnectionError(
-                f"cannot reach the UM-Bridge server at {self.url} ({endpoint}): is it running "
-                f"and listening there? ({_reason(reason)})") from None
+                f"cannot reach the UM-Bridge server at {self.url} ({call}{of_model}): is it "
+                f"running and listening there? ({_reason(reason)})") from None
         except requests.RequestException as error:
             raise UMBridgeConnectionError(
-                f"request {endpoint} to the UM-Bridge server at {self.url} failed: "
+                f"request {call}{of_model} to the UM-Bridge server at {self.url} failed: "
                 f"{error}") from None
         body = _parse_json(response.text)
         if isinstance(body, dict) and isinstance(body.get("error"), dict):
             error = body["error"]
             raise UMBridgeError(f"the UM-Bridge model {self.name!r} at {self.url} answered "
-                                f"{endpoint} with {error.get('type', 'an error')}: "
+                                f"{call} with {error.get('type', 'an error')}: "
                                 f"{error.get('message', '')}")
         if response.status_code != 200 or not isinstance(body, dict):
-            raise UMBridgeError(f"the UM-Bridge server at {self.url} answered {endpoint} with "
+            raise UMBridgeError(f"the UM-Bridge server at {self.url} answered {call} with "
                                 f"HTTP {response.status_code}: {response.text[:200]!r}")
         return body
 
-    def _timeout_error(self, endpoint):
+    def _timeout_error(self, call):
         return UMBridgeTimeoutError(f"the UM-Bridge server at {self.url} did not answer "
-                                    f"{endpoint} within timeout={self.timeout} s")
+                                    f"{call} within timeout={self.timeout} s")
 
     # ------------------------------------------------------------------------------------------
 
@@ -354,6 +369,14 @@ class UMBridgeModel:
         gradient = "with gradient" if self.has_gradient else "no gradient"
         return (f"UMBridgeModel({self.url!r}, name={self.name!r}, dim={self.dim}, "
                 f"{gradient})")
+
+
+def _call(endpoint, q):
+    """``"Evaluate at q = [...]"``: a request and its point (at most 6 coordinates shown)."""
+    values = [f"{float(x):.6g}" for x in np.ravel(q)]
+    if len(values) > 6:
+        values = values[:3] + ["..."] + values[-3:]
+    return f"{endpoint} at q = [{', '.join(values)}]"
 
 
 def _reason(reason):

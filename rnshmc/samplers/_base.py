@@ -157,9 +157,11 @@ class Sampler:
             sampler's arguments and, for surrogate samplers, the fitted surrogates.
             :func:`rnshmc.resume` continues it to the draws of the uninterrupted run. An
             existing file is not overwritten (resume it, or remove it), and a second run
-            pointed at a path in use refuses to start (a lock file beside it). A write that
-            fails (read-only folder, disk full) leaves the last good checkpoint: the run goes
-            on with a warning, and the result's ``checkpoint_failures`` lists them.
+            pointed at a path in use refuses to start (a lock file beside it), as does a run
+            whose folder cannot take the lock file (read-only). A write that fails during the
+            run (the folder became read-only, the disk is full) leaves the last good
+            checkpoint: the run goes on with a warning, and the result's
+            ``checkpoint_failures`` lists them.
         checkpoint_every : int, a duration as a string ("90s", "10min", "2h") or datetime.timedelta
             An int: iterations per chain between checkpoints (default 1000; the chains wait
             for each other there). A duration: a checkpoint after each chain's first chunk

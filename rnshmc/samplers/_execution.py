@@ -139,9 +139,16 @@ def run_states(sampler, states, progress=True, pool=None, budget=None):
     try:
         with stop_after_transition(stop) if here else contextlib.nullcontext([False]) as ctrl_c:
             outcomes = map_chains(_Guarded(run, stop), states, pool, stop)
-    except KeyboardInterrupt as interrupt:  # while waiting for a pool's chains
-        interrupt.states = [state if outcome is None else outcome[0]
-                            for state, outcome in zip(states, interrupt.outcomes)]
+    except BaseException as error:
+        # a Ctrl-C while waiting for a pool's chains, or the pool failed (a Dask worker died
+        # more often than the task may, a process pool broke): map_chains gives each chain's
+        # outcome, None for a chain whose task did not return (it continues from the state
+        # it had)
+        outcomes = getattr(error, "outcomes", None)
+        if outcomes is None:
+            raise
+        error.states = [state if outcome is None else outcome[0]
+                        for state, outcome in zip(states, outcomes)]
         raise
     states = [state for state, _ in outcomes]
     errors = [error for _, error in outcomes if error is not None]
@@ -209,7 +216,10 @@ def run_to_end(sampler, states, progress=True, pool="auto", checkpointer=None, r
                                            f"bug): {[repr(s) for s in states]}")
             except BaseException as error:
                 if checkpointer is not None and getattr(error, "states", None) is not None:
-                    checkpointer.write(error.states, rule)
+                    # (after a failure other than a Ctrl-C the model is not evaluated for the
+                    # checkpoint's target check: it may be what failed, see target_check)
+                    checkpointer.write(error.states, rule,
+                                       ask_model=isinstance(error, KeyboardInterrupt))
                 raise
             due = record is not None or all(s.done for s in states) or (
                 every is not None and progress_of(states) - written[1] >= every) or (

@@ -48,14 +48,14 @@ class ARNSHMC(RNSHMC):
     DEFAULT_TUNE : "auto"
         As RNS-HMC's.
 
+    Notes
+    -----
     The result has the keys of :class:`~rnshmc.RNSHMC`'s (``surrogate``: the last installed
     weights), plus ``installed`` (chains, draws): whether new weights were installed after
     each draw; ``online_added`` (chains, draws): the points each draw added to the
     estimator (0 or 1); ``n_installs`` and ``n_online_points`` (points added to the
     estimator) per chain.
 
-    Notes
-    -----
     The install times do not depend on the chain, so the C chain loop runs uninterrupted from
     one install to the next (about 2 sqrt(n) of them in n iterations) and the points in
     between are added in one batch. What remains is the O(s^2) update per point (three passes

@@ -26,6 +26,9 @@ _CHECKPOINT_FORMAT = "rnshmc.Checkpoint/3"
 # sampler classes by name (filled by rnshmc.samplers._base.Sampler.__init_subclass__)
 SAMPLERS = {}
 
+# the lock files this process's runs hold (see Checkpointer._holder)
+_HELD_LOCKS = set()
+
 
 def checkpoint_interval(every):
     """``sample()``'s ``checkpoint_every`` as (iterations, seconds), one of them None.
@@ -89,6 +92,8 @@ class Checkpointer:
         self.failures = []     # (iteration of the slowest chain, error) of each failed write
         self.written_at = None  # the slowest chain's iteration at the last good write
         self._locked = False
+        # the target check (see target_check): one model evaluation, kept once it is finite
+        self._check = None
 
     @property
     def lock_path(self):
@@ -119,6 +124,7 @@ class Checkpointer:
             with os.fdopen(descriptor, "w") as f:
                 f.write(owner)
             self._locked = True
+            _HELD_LOCKS.add(self.lock_path)
             return
         raise FileExistsError(f"{self.lock_path}: cannot take the checkpoint's lock")
 
@@ -133,7 +139,10 @@ class Checkpointer:
         if host.strip() != socket.gethostname():
             return f"{pid} on {host.strip()}"  # (another machine's: cannot tell if it lives)
         if pid == os.getpid():
-            return f"{pid} (this process)"
+            # this process's lock is live only while a Checkpointer holds it: one left behind
+            # (its release could not remove it, e.g. on a folder that became read-only) would
+            # otherwise refuse every later run on this path in this process
+            return f"{pid} (this process)" if self.lock_path in _HELD_LOCKS else None
         try:
             os.kill(pid, 0)
         except ProcessLookupError:
@@ -146,23 +155,53 @@ class Checkpointer:
         """Give the lock back (at the end of the run, whatever the outcome)."""
         if self._locked:
             self._locked = False
+            _HELD_LOCKS.discard(self.lock_path)
             try:
                 os.remove(self.lock_path)
             except FileNotFoundError:
                 pass
+            except OSError as error:
+                # (a folder that became read-only, or its disk gone): the run's result must
+                # not be lost for its lock file, which a later run takes over (its process
+                # is gone, or in this process, no longer holds it: see _holder)
+                warnings.warn(f"{self.sampler.name}: could not remove the checkpoint's lock "
+                              f"file {self.lock_path} ({type(error).__name__}: {error}); a "
+                              "later run on this path takes it over", RuntimeWarning,
+                              stacklevel=user_stacklevel())
 
-    def write(self, states, rule=None):
+    def target_check(self, state, ask_model=True):
+        """(point, log density there) that a resumed run's target must reproduce: the first
+        chain's starting point, the same for the whole run.
+
+        It costs one model evaluation, made at the first write and kept once it is finite (a
+        write does not evaluate the model again). With ``ask_model=False`` (the checkpoint
+        of a run that failed, maybe in its model: a model that hangs or has gone would fail
+        again, or make the run wait another timeout, and hide the first error) nothing is
+        evaluated and, before any check is known, its log density is NaN: :func:`resume`
+        then cannot check the target and says so.
+        """
+        if self._check is not None:
+            return self._check
+        if not ask_model:
+            return [np.array(state.init, dtype=np.float64), np.nan]
+        check = _target_check(self.sampler.target, state)
+        if np.isfinite(check[1]):  # (a model answering NaN for now is asked again next time)
+            self._check = check
+        return check
+
+    def write(self, states, rule=None, ask_model=True):
         """Write every chain's state, the sampler's configuration and the run's arguments
         atomically (a temporary file beside the checkpoint, flushed to disk, then renamed over
         it): a reader sees the previous checkpoint or this one, never a part. With the run's
-        stopping ``rule``, the seconds it has used so far are kept (for ``max_time``)."""
+        stopping ``rule``, the seconds it has used so far are kept (for ``max_time``).
+        ``ask_model``: see :meth:`target_check` (False at a failure)."""
         sampler = self.sampler
         if rule is not None:
             self.run["elapsed"] = rule.seconds_used()
         tree = SampleResult(format=_CHECKPOINT_FORMAT, sampler=type(sampler).__name__,
                             arguments=sampler.checkpoint_arguments(), run=self.run,
                             states=[_state_tree(state) for state in states],
-                            target_check=_target_check(sampler.target, states[0]))
+                            target_check=self.target_check(states[0], ask_model))
         temporary = f"{self.path}.partial.npz"  # the .npz suffix keeps numpy from adding one
         iteration = min(state.iterations_done() for state in states)
         try:
@@ -283,6 +322,12 @@ def resume(path, target=None, progress=True, pool="auto"):
         If the file is not a readable checkpoint, or ``target`` is not the run's model (its
         dimension, or its log density at the run's first starting point, differs). Nothing
         is written then.
+
+    Warns
+    -----
+    RuntimeWarning
+        If the checkpoint holds no log density to check ``target`` against (one written
+        when the model failed before the run's first checkpoint).
     """
     tree, states = read_checkpoint(path)
     try:
@@ -302,8 +347,21 @@ def resume(path, target=None, progress=True, pool="auto"):
                          f"given {target_dim(target)}")
     sampler = cls.from_checkpoint_arguments(target, arguments)
     check = _target_check(target, states[0])[1]
-    if not np.isclose(check, float(log_density), rtol=1e-10, atol=1e-12):
+    if not np.isfinite(float(log_density)):
+        # written at a failure before any check was known, or while the model answered
+        # NaN (see Checkpointer.target_check): refusing would make the checkpoint useless
+        warnings.warn(f"{path}: the checkpoint holds no log density of the run's model at "
+                      "its starting point (the model had failed, or answered "
+                      f"{float(log_density)}, when it was written): the target given is not "
+                      "checked; make sure it is the run's model", RuntimeWarning,
+                      stacklevel=user_stacklevel())
+    elif not np.isclose(check, float(log_density), rtol=1e-10, atol=1e-12):
         raise ValueError(f"{path}: the target is not the run's model (log density "
                          f"{check!r} at the run's starting point, the run's {float(log_density)!r})")
+    checkpointer = Checkpointer(path, sampler, run)
+    if np.isfinite(float(log_density)):
+        # (the check holds: the resumed run's checkpoints keep it, even one written when its
+        # model fails before it has written another, see Checkpointer.target_check)
+        checkpointer._check = [np.array(point, dtype=np.float64), float(log_density)]
     return sampler.continue_run(states, run, progress=progress, pool=pool,
-                                checkpointer=Checkpointer(path, sampler, run))
+                                checkpointer=checkpointer)

@@ -56,8 +56,8 @@ class AdaptiveMetropolis(Sampler):
     >>> import numpy as np, rnshmc
     >>> target = rnshmc.Target(lambda q: -0.5 * q @ q, dim=2)
     >>> res = rnshmc.AdaptiveMetropolis(target).sample(5000, tune=1000, rng=0, progress=False)
-    >>> res.samples.shape, int(res.n_gradient_evals[0])
-    ((1, 5000, 2), 0)
+    >>> res.samples.shape, int(res.n_gradient_evals.sum())
+    ((4, 5000, 2), 0)
     """
 
     name = "AM"
@@ -172,16 +172,18 @@ class GradientFreeRNSHMC(Sampler):
         iterations per chain pooled, 2800 each alone; 3 and 5 seeds) min ESS per exact solve,
         exploration included, was 0.23-0.32 pooled against 0.13-0.18 alone.
 
-    Earlier names (``nodes``, ``activation``, ``ridge``, ``weight_scale``, ``whiten``,
-    ``n_train``, ``training_data``, ``surrogate_step_cost``, ``surrogate_n_steps``,
-    ``n_explore``, ``explore_accept``) still work for this release, with a
-    DeprecationWarning naming the new spelling.
-
     Attributes
     ----------
     DEFAULT_TUNE : "auto"
         ``sample()``'s default ``tune``: :meth:`exploration_length` iterations of exploration
         per chain (each costs one exact density).
+
+    Notes
+    -----
+    Earlier names (``nodes``, ``activation``, ``ridge``, ``weight_scale``, ``whiten``,
+    ``n_train``, ``training_data``, ``surrogate_step_cost``, ``surrogate_n_steps``,
+    ``n_explore``, ``explore_accept``) still work for this release, with a
+    DeprecationWarning naming the new spelling.
 
     The result has the keys of :class:`~rnshmc.RNSHMC`'s (``n_gradient_evals`` is 0;
     ``exploration_acceptance_rate`` is the adaptive Metropolis's over the training window;
@@ -191,8 +193,6 @@ class GradientFreeRNSHMC(Sampler):
     the exploration's final random-walk proposal, scale times a Cholesky factor of the
     covariance.
 
-    Notes
-    -----
     The chain is exact whichever kernel runs: each (the surrogate's dynamics with the exact
     test, the frozen random walk) leaves the posterior invariant, and which one runs is
     decided by the draws already made (``docs/algorithms.md``, RNS-HMC's trust watch).
@@ -203,8 +203,8 @@ class GradientFreeRNSHMC(Sampler):
     >>> target = rnshmc.Target(lambda q: -0.5 * q @ q, dim=3)      # no gradient
     >>> rns = rnshmc.GradientFreeRNSHMC(target, n_hidden=100)
     >>> res = rns.sample(1000, tune=500, rng=0, progress=False)
-    >>> res.samples.shape, int(res.n_gradient_evals[0])
-    ((1, 1000, 3), 0)
+    >>> res.samples.shape, int(res.n_gradient_evals.sum())
+    ((4, 1000, 3), 0)
     """
 
     name = "GF-RNS-HMC"

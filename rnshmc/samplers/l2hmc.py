@@ -76,7 +76,7 @@ class L2HMC(Sampler):
         invertible one whose log-Jacobian the test includes. :meth:`with_surrogate` explores
         the model and fits one as RNS-HMC does.
     wall : float or None
-        With a ``surrogate``: its dynamics and training add (|z_i| - wall)_+^2 / 2 to the
+        With a ``surrogate``: its dynamics and training add ``(|z_i| - wall)_+^2 / 2`` to the
         surrogate's potential, in the standardised coordinates z (default 5: five standard
         deviations of the exploration). A surrogate is fitted where the exploration went and
         may fall without bound beyond it; trained on it without a wall, L2HMC learned to jump
@@ -96,9 +96,6 @@ class L2HMC(Sampler):
         would; the constant Jacobian cancels in the test). Inputs (``init``) and outputs
         (samples) stay in x. None: z = x, as in the reference code.
 
-    Earlier names: ``hidden`` (now ``n_hidden``) and ``rng`` (the initial weights' stream:
-    now ``train(rng=...)``'s) still work for this release, with a DeprecationWarning.
-
     Attributes
     ----------
     parameters : ndarray or None
@@ -116,6 +113,11 @@ class L2HMC(Sampler):
         What training has cost so far: the training target's ``gradient`` evaluations (with
         its potential where needed), ``hessian_vector`` products (two more gradients each
         where they are differenced) and ``seconds``.
+
+    Notes
+    -----
+    Earlier names: ``hidden`` (now ``n_hidden``) and ``rng`` (the initial weights' stream:
+    now ``train(rng=...)``'s) still work for this release, with a DeprecationWarning.
 
     Examples
     --------

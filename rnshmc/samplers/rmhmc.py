@@ -95,7 +95,7 @@ class RMHMC(Sampler):
         the metric, positive definite whatever the metric. None uses the metric as it is; it
         must then be positive definite (a ValueError names the point where it is not).
     fixed_point_tol : float or None
-        Tolerance of the implicit solves on the iterates' change, relative to 1 + |iterate|
+        Tolerance of the implicit solves on the iterates' change, relative to ``1 + |iterate|``
         (default 1e-9). None runs exactly ``max_fixed_point_iterations`` unchecked iterations
         (the papers' code: 5), with a warning that the chain is then not exact.
     max_fixed_point_iterations : int
@@ -115,6 +115,8 @@ class RMHMC(Sampler):
     target_accept, max_energy_error
         As for :class:`~rnshmc.HMC`.
 
+    Notes
+    -----
     The result has the keys of :meth:`rnshmc.HMC.sample`'s (``energy`` includes 1/2 log det
     G), plus ``solver_iterations`` (chains, draws), ``implicit_failed`` (chains, draws),
     ``mean_solver_iterations`` (per step, per chain) and ``n_implicit_failures`` (per chain)
@@ -267,18 +269,20 @@ class RNSRMHMC(Sampler):
     target_accept, max_energy_error
         As for :class:`~rnshmc.HMC` (the step sizes are adapted to ``target_accept``).
 
-    Earlier names (``explore_step_size``, ``explore_n_steps``, ``explore_jitter``,
-    ``mass_matrix``, ``inverse_mass_matrix``, ``adapt_mass_matrix``, ``nodes``,
-    ``activation``, ``ridge``, ``weight_scale``, ``whiten``, ``gradient_weight``,
-    ``n_train``, ``n_explore``) still work for this release, with a DeprecationWarning
-    naming the new spelling.
-
     Attributes
     ----------
     DEFAULT_TUNE : int
         ``sample()``'s default ``tune`` (exploration iterations per chain): 1000.
         Its metric, the surrogate's Hessian, needs a surrogate fitted well around the
         posterior, so it keeps a longer exploration than RNS-HMC's 200.
+
+    Notes
+    -----
+    Earlier names (``explore_step_size``, ``explore_n_steps``, ``explore_jitter``,
+    ``mass_matrix``, ``inverse_mass_matrix``, ``adapt_mass_matrix``, ``nodes``,
+    ``activation``, ``ridge``, ``weight_scale``, ``whiten``, ``gradient_weight``,
+    ``n_train``, ``n_explore``) still work for this release, with a DeprecationWarning
+    naming the new spelling.
 
     The result has the keys of :class:`~rnshmc.RNSHMC`'s (the trust watch's included) and
     the implicit solver's of :class:`rnshmc.RMHMC`'s, ``metric``, and ``softabs`` (per

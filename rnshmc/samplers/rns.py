@@ -161,13 +161,6 @@ class RNSHMC(Sampler):
     max_energy_error : float
         Proposals with a larger energy error are rejected as divergences (default 1000).
 
-    Earlier names (``nodes``, ``activation``, ``ridge``, ``weight_scale``, ``whiten``,
-    ``gradient_weight``, ``n_train``, ``training_data``, ``surrogate_step_cost``,
-    ``surrogate_n_steps``, ``n_explore``, ``mass_matrix``, ``inverse_mass_matrix``,
-    ``adapt_mass_matrix``, ``trust_ratio``, ``trust_window``, ``max_refits``,
-    ``refit_iterations``, ``refit_growth``) still work for this release, with a
-    DeprecationWarning naming the new spelling.
-
     Attributes
     ----------
     DEFAULT_TUNE : "auto"
@@ -177,10 +170,19 @@ class RNSHMC(Sampler):
         at most ``MAX_ROUNDS`` (4) rounds. After each round a surrogate fitted to the data
         but the round's last fifth predicts the acceptance of those held-out transitions;
         the exploration stops when that is at least 0.85 times their exact acceptance (see
-        ``ExplorationCheck`` in ``rnshmc.samplers._phases`` and ``docs/guide.md``). This
+        ``ExplorationCheck`` in ``rnshmc.samplers._phases`` and ``docs/guide/surrogate.md``). This
         aims at the least total cost from a cold start (``benchmarks/bench_cost.py``). An
         integer ``tune`` explores exactly that long (the papers' protocol is
         ``tune=5000``; with ``training_data="states"`` "auto" is one round).
+
+    Notes
+    -----
+    Earlier names (``nodes``, ``activation``, ``ridge``, ``weight_scale``, ``whiten``,
+    ``gradient_weight``, ``n_train``, ``training_data``, ``surrogate_step_cost``,
+    ``surrogate_n_steps``, ``n_explore``, ``mass_matrix``, ``inverse_mass_matrix``,
+    ``adapt_mass_matrix``, ``trust_ratio``, ``trust_window``, ``max_refits``,
+    ``refit_iterations``, ``refit_growth``) still work for this release, with a
+    DeprecationWarning naming the new spelling.
 
     The result has the keys of :meth:`rnshmc.HMC.sample` (``n_density_evals`` and
     ``n_gradient_evals`` count exact evaluations of the target over all phases), plus
@@ -201,8 +203,6 @@ class RNSHMC(Sampler):
     them, the training points and the held-out transitions). ``n_gradient_evals_sampling`` counts the exact gradients of exact stretches
     (``n_surrogate_gradient_evals`` the surrogate's).
 
-    Notes
-    -----
     Every transition, on the surrogate's dynamics or the exact ones, leaves the posterior
     invariant. The switches between them depend on the chain's past, as adaptation does; there
     are at most ``2 max_refits + 1`` of them, so after the last one the chain is a fixed exact

@@ -27,7 +27,7 @@ CHILD = textwrap.dedent("""
 
 RUNS = {
     "sampling": ("rnshmc.HMC(model, step_size=0.05, n_steps=50)",
-                 dict(draws=20000, tune=100, chains=2, rng=4)),
+                 dict(draws=8000, tune=100, chains=2, rng=4)),
     # training on the states: the trajectories of this exploration would be 240 MB a chain
     "exploration": ("rnshmc.RNSHMC(model, n_hidden=60, step_size=0.05, jitter=False, "
                     "explore=dict(n_steps=50), surrogate=dict(training_data='states'))",
