@@ -8,6 +8,7 @@ that folder on ``sys.path`` when it loads ``tests/conftest.py`` (the default "pr
 mode), so ``import testkit`` works from every subfolder, whether the tests run in the checkout
 or from a copy outside the source tree against an installed package.
 """
+import contextlib
 import os
 from pathlib import Path
 
@@ -317,3 +318,16 @@ def check_deprecated_spelling(make_old, make_new, spellings, sample, old_sample=
     for key in ("samples", "accepted", "n_density_evals", "n_gradient_evals"):
         np.testing.assert_array_equal(old_result[key], new_result[key], err_msg=key)
     return old_result, new_result
+
+
+@contextlib.contextmanager
+def loopback_dask_client():
+    """A client of a fresh dask.distributed LocalCluster on loopback: two worker processes of
+    one thread each, no dashboard (the test skips without distributed)."""
+    import pytest
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  host="127.0.0.1", dashboard_address=None,
+                                  protocol="tcp://") as cluster, \
+            distributed.Client(cluster) as client:
+        yield client

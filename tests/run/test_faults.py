@@ -23,6 +23,7 @@ import pytest
 
 import rnshmc
 from rnshmc.diagnostics import SamplingWarning
+from testkit import loopback_dask_client
 
 POSIX = pytest.mark.skipif(os.name != "posix", reason="signals and mounts are POSIX")
 
@@ -78,11 +79,7 @@ DASK_HMC = dict(step_size=0.3, n_steps=5)
 def fault_cluster():
     """A LocalCluster of its own (its workers get killed) on loopback: two worker processes
     of one thread, each restarted by its nanny when it dies."""
-    distributed = pytest.importorskip("distributed")
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  host="127.0.0.1", dashboard_address=None,
-                                  protocol="tcp://") as cluster, \
-            distributed.Client(cluster) as client:
+    with loopback_dask_client() as client:
         yield client
 
 

@@ -11,6 +11,7 @@ import pytest
 
 import rnshmc
 from rnshmc.samplers._execution import chain_pool
+from testkit import loopback_dask_client
 
 CORES = os.cpu_count() or 1
 MODULE = '''
@@ -130,11 +131,7 @@ def test_progress_bars_under_a_thread_pool(capsys):
 
 @pytest.fixture(scope="module")
 def dask_client():
-    distributed = pytest.importorskip("distributed")
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  host="127.0.0.1", dashboard_address=None,
-                                  protocol="tcp://") as cluster, \
-            distributed.Client(cluster) as client:
+    with loopback_dask_client() as client:
         yield client
 
 
