@@ -30,6 +30,7 @@ __all__ = [
     "ess",
     "ess_bulk",
     "ess_tail",
+    "rhat_and_ess_bulk",
     "rhat",
     "health",
     "SamplingWarning",
@@ -263,9 +264,14 @@ def ess_bulk(x):
     """
     arr, scalar = _as_chains(x)
     split = _split_chains(arr)
-    out = np.asarray(ess(_rank_normalise(split)), dtype=float).reshape(-1)
+    return _out(_ess_bulk_of(split, _rank_normalise(split)), scalar)
+
+
+def _ess_bulk_of(split, ranked):
+    """Bulk ESS of split chains, given their rank-normalised draws ``ranked``."""
+    out = np.asarray(ess(ranked), dtype=float).reshape(-1)
     out[np.ptp(split, axis=(0, 1)) == 0] = np.nan
-    return _out(out, scalar)
+    return out
 
 
 def ess_tail(x):
@@ -318,12 +324,36 @@ def rhat(x):
     """
     arr, scalar = _as_chains(x)
     split = _split_chains(arr)
-    bulk = _classic_rhat(_rank_normalise(split))
+    return _out(_rhat_of(split, _rank_normalise(split)), scalar)
+
+
+def _rhat_of(split, ranked):
+    """R-hat of split chains, given their rank-normalised draws ``ranked``."""
+    bulk = _classic_rhat(ranked)
     med = np.median(split, axis=(0, 1))
     tail = _classic_rhat(_rank_normalise(np.abs(split - med)))
     out = np.fmax(bulk, tail)
     out[np.ptp(split, axis=(0, 1)) == 0] = np.nan
-    return _out(out, scalar)
+    return out
+
+
+def rhat_and_ess_bulk(x):
+    """``(rhat(x), ess_bulk(x))`` with the draws ranked once (both rank-normalise the same
+    split chains; ranking is most of their cost on long runs).
+
+    Parameters
+    ----------
+    x : array_like, shape (draws,), (draws, dim) or (chains, draws, dim)
+
+    Returns
+    -------
+    rhat, ess_bulk : float or ndarray of shape (dim,)
+        As :func:`rhat` and :func:`ess_bulk` give them.
+    """
+    arr, scalar = _as_chains(x)
+    split = _split_chains(arr)
+    ranked = _rank_normalise(split)
+    return _out(_rhat_of(split, ranked), scalar), _out(_ess_bulk_of(split, ranked), scalar)
 
 
 # ---------------------------------------------------------------------------
@@ -362,8 +392,7 @@ def health(samples, diverging=None, rhat_limit=1.01, ess_per_chain=100.0):
     problems = []
     if draws >= 2 * _MIN_DRAWS and np.all(np.isfinite(samples)):
         with np.errstate(invalid="ignore", divide="ignore"):
-            r = np.atleast_1d(rhat(samples))
-            bulk = np.atleast_1d(ess_bulk(samples))
+            r, bulk = map(np.atleast_1d, rhat_and_ess_bulk(samples))
             tail = np.atleast_1d(ess_tail(samples))
         for key, values, pick in (("rhat_max", r, np.nanmax), ("ess_bulk_min", bulk, np.nanmin),
                                   ("ess_tail_min", tail, np.nanmin)):

@@ -19,7 +19,7 @@ import warnings
 
 import numpy as np
 
-from ..diagnostics import SamplingWarning, ess_bulk, rhat
+from ..diagnostics import SamplingWarning, rhat_and_ess_bulk
 from ..validation import check_integer, check_real, user_stacklevel
 from ._result import cut_to, sampling_draws
 from ._runner import Budget, exact_evaluations
@@ -203,8 +203,7 @@ def convergence(samples):
     """(min bulk ESS, max R-hat) over the coordinates of ``samples`` (chains, draws, dim);
     a constant coordinate (NaN) counts as not converged."""
     with np.errstate(invalid="ignore", divide="ignore"):
-        bulk = np.atleast_1d(ess_bulk(samples))
-        r = np.atleast_1d(rhat(samples))
+        r, bulk = map(np.atleast_1d, rhat_and_ess_bulk(samples))
     if np.any(np.isnan(bulk)) or np.any(np.isnan(r)):
         return 0.0, math.inf
     return float(bulk.min()), float(r.max())

@@ -383,3 +383,15 @@ def test_ess_and_rhat_on_the_authors_hmc_draws(shared_data):
     assert np.all((ess > 0) & (ess <= 1000))
     rhat = diagnostics.rhat(draws)
     assert rhat.shape == (61,) and np.all(np.isfinite(rhat)) and np.all(rhat > 0.99)
+
+
+@pytest.mark.parametrize("shape", [(400,), (300, 3), (4, 250, 3)])
+def test_rhat_and_ess_bulk_together_equal_each_alone(shape):
+    """One ranking for both gives rhat's and ess_bulk's own values (ties and a constant
+    coordinate included)."""
+    x = np.round(np.random.default_rng(3).standard_normal(shape), 1)  # many ties
+    if len(shape) > 1:
+        x[..., -1] = 2.0
+    r, bulk = diagnostics.rhat_and_ess_bulk(x)
+    np.testing.assert_array_equal(r, diagnostics.rhat(x))
+    np.testing.assert_array_equal(bulk, diagnostics.ess_bulk(x))
