@@ -83,9 +83,12 @@ class Checkpointer:
     sampler : rnshmc.samplers._base.Sampler
     run : dict
         The run's arguments (``draws``, ``checkpoint_every`` or ``checkpoint_seconds``).
+    target_check : (point, log density) or None
+        A check already verified (a resumed run's: see :meth:`target_check`); None: the first
+        write evaluates the model for one.
     """
 
-    def __init__(self, path, sampler, run):
+    def __init__(self, path, sampler, run, target_check=None):
         self.path, self.sampler, self.run = os.fspath(path), sampler, dict(run)
         self.every = run.get("checkpoint_every")
         self.seconds = run.get("checkpoint_seconds")
@@ -94,6 +97,8 @@ class Checkpointer:
         self._locked = False
         # the target check (see target_check): one model evaluation, kept once it is finite
         self._check = None
+        if target_check is not None and np.isfinite(target_check[1]):
+            self._check = [np.array(target_check[0], dtype=np.float64), float(target_check[1])]
 
     @property
     def lock_path(self):
@@ -358,10 +363,8 @@ def resume(path, target=None, progress=True, pool="auto"):
     elif not np.isclose(check, float(log_density), rtol=1e-10, atol=1e-12):
         raise ValueError(f"{path}: the target is not the run's model (log density "
                          f"{check!r} at the run's starting point, the run's {float(log_density)!r})")
-    checkpointer = Checkpointer(path, sampler, run)
-    if np.isfinite(float(log_density)):
-        # (the check holds: the resumed run's checkpoints keep it, even one written when its
-        # model fails before it has written another, see Checkpointer.target_check)
-        checkpointer._check = [np.array(point, dtype=np.float64), float(log_density)]
+    # (the check holds: the resumed run's checkpoints keep it, even one written when its
+    # model fails before it has written another, see Checkpointer.target_check)
+    checkpointer = Checkpointer(path, sampler, run, target_check=(point, float(log_density)))
     return sampler.continue_run(states, run, progress=progress, pool=pool,
                                 checkpointer=checkpointer)
