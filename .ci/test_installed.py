@@ -6,9 +6,11 @@ sampler's contract and the build report. The whole fast suite runs on the source
 (.ci/run). Used by .ci/run and by cibuildwheel's test-command (pyproject.toml).
 
 usage: python test_installed.py TESTS_DIR [--also-oldest-numpy]
+       python test_installed.py --print-oldest-numpy
 
 ``--also-oldest-numpy`` then installs the oldest NumPy the package supports that has wheels for
 this Python (pyproject.toml: numpy>=1.25) and runs the subset again.
+``--print-oldest-numpy`` prints that release's version pattern (for .ci/run's own venv).
 """
 import os
 import subprocess
@@ -30,6 +32,9 @@ def run_subset(tests):
 
 
 def main(argv):
+    if argv == ["--print-oldest-numpy"]:
+        print(OLDEST_NUMPY[sys.version_info[:2]])
+        return
     tests = os.path.abspath(argv[0])
     os.chdir(tempfile.mkdtemp())  # never import the checkout
     run_subset(tests)
