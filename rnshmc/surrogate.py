@@ -644,7 +644,11 @@ class RandomNetworkSurrogate(Surrogate):
             n = X.shape[0]
             picks = self._rng.choice(n, size=self.n_hidden, replace=n < self.n_hidden)
             centres = X[picks]
-            spread = float(np.mean(X.std(axis=0))) or 1.0
+            spread = float(np.mean(X.std(axis=0)))
+            # identical inputs: their std is rounding noise (their mean need not be exact),
+            # and widths of that size would overflow the units: unit widths instead
+            if spread <= 64 * np.finfo(np.float64).eps * float(np.abs(X).max(initial=0.0)):
+                spread = 1.0
             widths = self.width_factors * spread
         gamma = 1.0 / widths ** 2
         W = np.ascontiguousarray(gamma[:, None] * centres)

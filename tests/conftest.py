@@ -1,5 +1,6 @@
-"""pytest configuration for the rnshmc tests: the ``slow`` marker and the ``shared_data``
-fixture. The helpers the tests share are in ``testkit.py``, imported explicitly by the test
+"""pytest configuration for the rnshmc tests: the ``slow`` marker, the ``shared_data``
+fixture, and the seed offset (``$RNSHMC_TEST_SEED_OFFSET``, testkit.SEED_OFFSET) applied to a
+test parameter named ``seed``. The helpers the tests share are in ``testkit.py``, imported explicitly by the test
 modules (this file's folder is on ``sys.path`` once pytest has loaded it).
 """
 import signal
@@ -9,7 +10,7 @@ import pytest
 # testkit's asserts (check_mean, check_covariance) get pytest's assertion introspection too
 pytest.register_assert_rewrite("testkit")
 
-from testkit import shared_data_dir  # noqa: E402
+from testkit import SEED_OFFSET, rng_seed, shared_data_dir  # noqa: E402
 
 
 def pytest_configure(config):
@@ -19,6 +20,19 @@ def pytest_configure(config):
     # processes of the Ctrl-C tests inherit that: give them Python's handler back
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def pytest_report_header(config):
+    return f"rnshmc test seed offset: {SEED_OFFSET} (RNSHMC_TEST_SEED_OFFSET)"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem):
+    # a parametrised ``seed`` is shifted by the offset as the literal seeds are (rng_seed);
+    # the test's id keeps the unshifted value, so ``test_x[1]`` names the same test at every
+    # offset
+    if "seed" in pyfuncitem.funcargs and isinstance(pyfuncitem.funcargs["seed"], int):
+        pyfuncitem.funcargs["seed"] = rng_seed(pyfuncitem.funcargs["seed"])
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from rnshmc._kernels import _blas
+from testkit import rng_seed
 
 RTOL = 1e-12
 SEEDS = [0, 1, 2]
@@ -125,7 +126,7 @@ def test_gemv(seed, shape, transpose, alpha, beta):
 @pytest.mark.parametrize("transpose", [False, True])
 def test_gemv_beta_zero_ignores_output_contents(transpose):
     """With beta = 0 the output is write-only (the kernels pass np.empty buffers)."""
-    rng = np.random.default_rng(3)
+    rng = np.random.default_rng(rng_seed(3))
     A = rng.standard_normal((6, 4))
     opA = A.T if transpose else A
     x = rng.standard_normal(opA.shape[1])
@@ -238,7 +239,7 @@ def test_gemm(seed, m, n, k, ta, tb, alpha, beta):
 
 
 def test_gemm_beta_zero_ignores_output_contents():
-    rng = np.random.default_rng(4)
+    rng = np.random.default_rng(rng_seed(4))
     A, B = rng.standard_normal((3, 5)), rng.standard_normal((5, 2))
     Cm = np.full((3, 2), np.nan)
     _blas._gemm_memview(False, False, 1.0, C(A), C(B), 0.0, Cm)
@@ -274,7 +275,7 @@ def test_syrk(seed, n, k, lower, transpose, alpha, beta):
 
 def test_syrk_accumulates_row_blocks():
     """The Fisher-metric pattern: summing syrk over row blocks with beta = 1 gives A^T A."""
-    rng = np.random.default_rng(5)
+    rng = np.random.default_rng(rng_seed(5))
     A = rng.standard_normal((103, 6))
     G = np.zeros((6, 6))
     for start in range(0, 103, 16):

@@ -15,7 +15,7 @@ import scipy.linalg
 from rnshmc import Target
 
 from testkit import (dense_inverse_mass, gaussian_for_leapfrog, harmonic_target, hmc_sample,
-                     log_gamma_target, make_chain)
+                     log_gamma_target, make_chain, rng_seed)
 
 MASS_KINDS = ["identity", "diagonal", "dense"]
 
@@ -38,7 +38,7 @@ def test_leapfrog_harmonic_energy_error_is_the_modified_energy(eps):
     """U = |q|^2/2, M = I: the leapfrog conserves H~ = |p|^2/2 + (1 - eps^2/4)|q|^2/2, so
     dH_n = eps^2/8 (|q_n|^2 - |q_0|^2) exactly, and |dH_n| <= eps^2/4 H~ / (1 - eps^2/4) for
     every n: bounded over an arbitrarily long trajectory (no drift)."""
-    rng = np.random.default_rng(1)
+    rng = np.random.default_rng(rng_seed(1))
     chain = make_chain(harmonic_target(3), 3)
     q0, p0 = rng.standard_normal(3), rng.standard_normal(3)
     n = 1000
@@ -60,7 +60,7 @@ def test_leapfrog_harmonic_energy_error_is_the_modified_energy(eps):
 
 
 def test_leapfrog_energy_error_scales_as_eps_squared():
-    rng = np.random.default_rng(2)
+    rng = np.random.default_rng(rng_seed(2))
     chain = make_chain(harmonic_target(2), 2)
     q0, p0 = rng.standard_normal(2), rng.standard_normal(2)
     H0 = 0.5 * (q0 @ q0 + p0 @ p0)
@@ -85,7 +85,7 @@ def test_leapfrog_harmonic_matches_exact_solution():
     """q(T) = q0 cos T + p0 sin T, p(T) = p0 cos T - q0 sin T; global error O(eps^2) with the
     harmonic-oscillator constant: phase error T eps^2/24 plus the eps^2/8 distortion of the
     conserved ellipse."""
-    rng = np.random.default_rng(3)
+    rng = np.random.default_rng(rng_seed(3))
     chain = make_chain(harmonic_target(3), 3)
     q0, p0 = rng.standard_normal(3), rng.standard_normal(3)
     T = 1.3
@@ -113,7 +113,7 @@ def test_leapfrog_gaussian_modified_energy_with_mass(kind):
     chain = make_chain(target, d, inv_mass)
     lam = np.max(np.linalg.eigvals(Minv @ P).real)
     eps = 1.0 / np.sqrt(lam)  # half the stability limit 2 / sqrt(lam)
-    rng = np.random.default_rng(5)
+    rng = np.random.default_rng(rng_seed(5))
     q0 = mean + rng.standard_normal(d)
     p0 = np.linalg.cholesky(np.linalg.inv(Minv)) @ rng.standard_normal(d)
     qs, ps, Us = step_by_step(chain, q0, p0, eps, 1500)
@@ -133,7 +133,7 @@ def test_leapfrog_gaussian_matches_exact_flow(kind):
     d = mean.size
     Minv = dense_inverse_mass(inv_mass, d)
     chain = make_chain(target, d, inv_mass)
-    rng = np.random.default_rng(7)
+    rng = np.random.default_rng(rng_seed(7))
     q0, p0 = mean + rng.standard_normal(d), rng.standard_normal(d)
     T = 0.8
     qe, pe = exact_flow(q0, p0, P, Minv, mean, T)
@@ -149,7 +149,7 @@ def test_leapfrog_gaussian_matches_exact_flow(kind):
 @pytest.mark.parametrize("case", ["harmonic", "log-gamma"] + [f"gaussian-{k}" for k in MASS_KINDS])
 def test_leapfrog_is_reversible(case):
     """L steps forward, negate p, L steps back: the start again, to 1e-10."""
-    rng = np.random.default_rng(8)
+    rng = np.random.default_rng(rng_seed(8))
     if case == "harmonic":
         chain, q0, eps = make_chain(harmonic_target(4), 4), rng.standard_normal(4), 0.3
     elif case == "log-gamma":

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from rnshmc._kernels._online import OnlineLeastSquares
+from testkit import rng_seed
 
 
 def rows(rng, k, s):
@@ -61,7 +62,7 @@ def test_pseudo_inverse_start_follows_the_minimum_norm_solution(seed):
 def test_theta_stays_symmetric_and_drift_is_bounded_and_refresh_removes_it():
     """10^5 recursive updates: Theta exactly symmetric, close to the batch inverse; a refresh
     from the accumulated normal equations brings it back to the batch solution."""
-    rng = np.random.default_rng(3)
+    rng = np.random.default_rng(rng_seed(3))
     s, ridge, n = 20, 1e-4, 100_000
     H0, t0 = rows(rng, 30, s), rng.standard_normal(30)
     online = OnlineLeastSquares.from_rows(H0, t0, ridge=ridge)
@@ -82,7 +83,7 @@ def test_theta_stays_symmetric_and_drift_is_bounded_and_refresh_removes_it():
 
 
 def test_refresh_without_a_positive_definite_normal_matrix_changes_nothing():
-    rng = np.random.default_rng(4)
+    rng = np.random.default_rng(rng_seed(4))
     H, t = rows(rng, 5, 10), rng.standard_normal(5)
     online = OnlineLeastSquares.from_rows(H, t)  # rank 5 < 10, no ridge
     before = online.weights
@@ -91,7 +92,7 @@ def test_refresh_without_a_positive_definite_normal_matrix_changes_nothing():
 
 
 def test_bad_input_is_rejected_and_changes_nothing():
-    rng = np.random.default_rng(5)
+    rng = np.random.default_rng(rng_seed(5))
     H, t = rows(rng, 8, 6), rng.standard_normal(8)
     online = OnlineLeastSquares.from_rows(H, t, ridge=1e-3)
     before = online.weights
@@ -140,7 +141,9 @@ def test_partial_fit_equals_a_fit_on_all_points(seed, refresh_every):
     batch_fit = rnshmc.RandomNetworkSurrogate(3, n_hidden=25, ridge=1e-4, rng=seed).fit(Q, t)
     assert online.target_shift_ > batch_fit.target_shift_
     assert relative(online.output_weights, batch_fit.output_weights) < 1e-8
-    assert abs(online.offset_ - batch_fit.offset_) < 1e-8 * (1 + abs(batch_fit.offset_))
+    # (the unpenalised constant is nearly collinear with the units' sum, so rounding moves
+    # it more than the predictions: by 1.1e-8 of it on one seed)
+    assert abs(online.offset_ - batch_fit.offset_) < 1e-7 * (1 + abs(batch_fit.offset_))
     q = np.array([0.3, -0.2, 0.5])
     assert abs(online.potential(q) - batch_fit.potential(q)) < 1e-8 * (1 + abs(batch_fit.potential(q)))
     assert online.n_train_ == 100 and online.n_online_points_ == 60
@@ -208,7 +211,7 @@ def test_partial_fits_solve_the_batch_problem_on_the_same_features(seed, nodes, 
 
 def test_like_needs_a_fitted_surrogate_of_the_same_layout():
     Q, t, G = training_points(3, 40)
-    base = rnshmc.RandomNetworkSurrogate(3, n_hidden=10, rng=0).fit(Q, t)
+    base = rnshmc.RandomNetworkSurrogate(3, n_hidden=10, rng=rng_seed(0)).fit(Q, t)
     with pytest.raises(ValueError, match="fitted"):
         base.fit(Q, t, like=rnshmc.RandomNetworkSurrogate(3, n_hidden=10))
     for other, differ in ((rnshmc.RandomNetworkSurrogate(3, n_hidden=11), "n_hidden"),
@@ -220,7 +223,7 @@ def test_like_needs_a_fitted_surrogate_of_the_same_layout():
     with pytest.raises(ValueError, match="gradient metric"):
         rnshmc.RandomNetworkSurrogate(3, n_hidden=10).fit(Q, t, gradients=G, like=base)
     # refitting with one's own features is a plain refit when they do not depend on the points
-    refit = rnshmc.RandomNetworkSurrogate(3, n_hidden=10, rng=5).fit(Q, t, like=base)
+    refit = rnshmc.RandomNetworkSurrogate(3, n_hidden=10, rng=rng_seed(5)).fit(Q, t, like=base)
     np.testing.assert_array_equal(refit.input_weights, base.input_weights)
     assert relative(refit.output_weights, base.output_weights) < 1e-12
 
@@ -230,7 +233,7 @@ def test_saved_online_state_carries_the_constant(tmp_path):
     the installed constant and goes on learning exactly as the original; an install moves
     the C target's constant (partial fits without install do not)."""
     Q, t, G = training_points(4, 90)
-    surrogate = rnshmc.RandomNetworkSurrogate(3, n_hidden=15, ridge=1e-3, rng=0)
+    surrogate = rnshmc.RandomNetworkSurrogate(3, n_hidden=15, ridge=1e-3, rng=rng_seed(0))
     surrogate.fit(Q[:30], t[:30] + 100.0, gradients=G[:30], online=True)
     before = surrogate.offset_, surrogate.predict(Q[:5])
     surrogate.partial_fit(Q[30:60], t[30:60], gradients=G[30:60], install=False)
@@ -249,7 +252,7 @@ def test_saved_online_state_carries_the_constant(tmp_path):
 
 def test_partial_fit_errors_change_nothing():
     Q, t, _ = training_points(2, 50)
-    surrogate = rnshmc.RandomNetworkSurrogate(3, n_hidden=10, ridge=1e-4, rng=0)
+    surrogate = rnshmc.RandomNetworkSurrogate(3, n_hidden=10, ridge=1e-4, rng=rng_seed(0))
     surrogate.fit(Q, t)
     with pytest.raises(RuntimeError, match="online=True"):
         surrogate.partial_fit(Q[:2], t[:2])
@@ -263,5 +266,6 @@ def test_partial_fit_errors_change_nothing():
     assert surrogate.n_online_points_ == 0
     with pytest.raises(ValueError, match="positive-definite"), \
             pytest.warns(RuntimeWarning, match="singular"):
-        rnshmc.RandomNetworkSurrogate(3, n_hidden=80, ridge=0.0, rng=0).fit(Q[:20], t[:20],
+        rnshmc.RandomNetworkSurrogate(3, n_hidden=80, ridge=0.0, rng=rng_seed(0)).fit(Q[:20],
+                                                                                      t[:20],
                                                                             online=True)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from rnshmc._kernels._random import _standard_normal_memview
+from testkit import rng_seed
 
 BIT_GENERATORS = [np.random.PCG64, np.random.PCG64DXSM, np.random.Philox, np.random.SFC64,
                   np.random.MT19937]
@@ -52,24 +53,24 @@ def test_stream_continues_where_c_left_off(bit_generator):
 
 def test_default_rng_and_spawned_children():
     """The generators the sampler actually uses: default_rng(seed).spawn(k)."""
-    children_a = np.random.default_rng(2024).spawn(3)
-    children_b = np.random.default_rng(2024).spawn(3)
+    children_a = np.random.default_rng(rng_seed(2024)).spawn(3)
+    children_b = np.random.default_rng(rng_seed(2024)).spawn(3)
     for a, b in zip(children_a, children_b):
         assert same_bits(_standard_normal_memview(a, 333), b.standard_normal(333))
 
 
 def test_zero_draws():
-    gen = np.random.default_rng(0)
+    gen = np.random.default_rng(rng_seed(0))
     out = _standard_normal_memview(gen, 0)
     assert out.shape == (0,)
     # and the stream did not move
-    assert same_bits(gen.standard_normal(3), np.random.default_rng(0).standard_normal(3))
+    assert same_bits(gen.standard_normal(3), np.random.default_rng(rng_seed(0)).standard_normal(3))
 
 
 def test_distribution_sanity():
     """A large C draw is standard normal (guards against e.g. a wrong distribution function
     being linked in, independently of the bit-equality tests)."""
-    x = _standard_normal_memview(np.random.default_rng(99), 200_000)
+    x = _standard_normal_memview(np.random.default_rng(rng_seed(99)), 200_000)
     assert abs(x.mean()) < 5 / np.sqrt(x.size)
     assert abs(x.var() - 1.0) < 5 * np.sqrt(2.0 / x.size)
     assert abs(np.mean(x ** 3)) < 5 * np.sqrt(15.0 / x.size)
@@ -79,7 +80,7 @@ def test_concurrent_draws_hold_the_generator_lock():
     """Two threads drawing from one Generator through C: the bit generator's lock is held for
     each call, so every call gets a contiguous block of the stream and together they use
     exactly the first 2 * reps * n values (in some order of blocks)."""
-    gen = np.random.default_rng(5)
+    gen = np.random.default_rng(rng_seed(5))
     n, reps = 5000, 20
     results = {0: [], 1: []}
 
@@ -92,7 +93,8 @@ def test_concurrent_draws_hold_the_generator_lock():
         t.start()
     for t in threads:
         t.join()
-    reference = np.random.default_rng(5).standard_normal(2 * reps * n).reshape(2 * reps, n)
+    reference = np.random.default_rng(rng_seed(5)).standard_normal(2 * reps * n).reshape(2 * reps,
+                                                                                         n)
     blocks = {r.tobytes() for r in reference}
     drawn = [b.tobytes() for b in results[0] + results[1]]
     assert len(set(drawn)) == 2 * reps

@@ -9,6 +9,7 @@ import pytest
 from scipy import special
 
 from rnshmc._kernels._riemann import CallableMetric, LinearPredictorMetric
+from testkit import rng_seed
 
 
 def effective_metric(raw, softabs, diagonal):
@@ -60,7 +61,7 @@ def check_derivative_terms(metric, q, p, rtol=1e-6):
 
 @pytest.fixture
 def logistic_data():
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(rng_seed(0))
     X = rng.standard_normal((500, 4))
     return X
 
@@ -68,7 +69,7 @@ def logistic_data():
 def test_fisher_metric_equals_the_model(logistic_data):
     import rnshmc
     X = logistic_data
-    y = (np.random.default_rng(1).random(X.shape[0]) < 0.4).astype(float)
+    y = (np.random.default_rng(rng_seed(1)).random(X.shape[0]) < 0.4).astype(float)
     model = rnshmc.models.LogisticRegression(X, y, prior_variance=10.0)
     metric = LinearPredictorMetric(X, "logistic", prior_precision=0.1)
     q = np.array([0.3, -0.2, 0.5, 0.1])
@@ -102,7 +103,7 @@ def test_network_hessian_metric(activation, diagonal, softabs):
         v = np.abs(v) + 0.5
     metric = LinearPredictorMetric(A, activation, offsets=b, weights=v, diagonal=diagonal,
                                    softabs=softabs)
-    rng = np.random.default_rng(4)
+    rng = np.random.default_rng(rng_seed(4))
     q = 0.3 * rng.standard_normal(4)
     H = network_hessian(A, b, v, q, activation)
     raw = np.diag(H) if diagonal else H
@@ -163,7 +164,7 @@ def test_momentum_covariance_is_the_metric(kind):
                                    diagonal=kind == "diagonal",
                                    softabs=1.0 if kind == "softabs" else 0.0)
     q = np.array([0.1, -0.2, 0.3, 0.0])
-    p = metric.draw_at(q, np.random.default_rng(6), 40000)
+    p = metric.draw_at(q, np.random.default_rng(rng_seed(6)), 40000)
     G = metric.metric(q)
     cov = np.cov(p.T)
     scale = np.sqrt(np.outer(np.diag(G), np.diag(G)))
@@ -204,7 +205,7 @@ def test_gauss_newton_metric(element, softabs):
     import rnshmc
     from rnshmc._kernels._fem import GaussNewtonMetric
     from rnshmc.targets import as_ctarget
-    model = rnshmc.models.EllipticPDE(n=8, element=element, n_modes=4, rng=0)
+    model = rnshmc.models.EllipticPDE(n=8, element=element, n_modes=4, rng=rng_seed(0))
     metric = GaussNewtonMetric(as_ctarget(model, 4), softabs=softabs)
     q = np.array([0.3, -0.2, 0.1, 0.4])
     G = model.gauss_newton_metric(q)

@@ -8,6 +8,7 @@ from rnshmc import HMC, Target
 from rnshmc._kernels._targets import CTarget, PyCallableTarget
 from rnshmc.models import LogisticRegression
 from rnshmc.targets import as_ctarget, target_dim
+from testkit import rng_seed
 
 
 def quadratic_logp(q):
@@ -179,7 +180,7 @@ class BridgeStanLike:
 
 
 def small_logistic():
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(rng_seed(0))
     X = rng.standard_normal((30, 3))
     y = (rng.uniform(size=30) < 0.5).astype(float)
     return LogisticRegression(X, y)
@@ -247,14 +248,15 @@ def test_target_dim():
 def test_dim_inferred_from_init(init_shape):
     target = Target(quadratic_logp, grad_logp=quadratic_grad)
     init = np.full(init_shape, 0.25)
-    res = HMC(target, step_size=0.4, n_steps=3).sample(30, tune=0, chains=2, rng=1, init=init,
+    res = HMC(target, step_size=0.4, n_steps=3).sample(30, tune=0, chains=2, rng=rng_seed(1),
+                                                       init=init,
                                                        progress=False)
     assert res.samples.shape == (2, 30, 4)
     assert target.dim is None  # the user's object is not modified
 
 
 def test_dim_from_bridgestan_method_and_default_init():
-    res = HMC(BridgeStanLike(2, as_method=True), step_size=0.4).sample(20, tune=0, rng=0,
+    res = HMC(BridgeStanLike(2, as_method=True), step_size=0.4).sample(20, tune=0, rng=rng_seed(0),
                                                                       progress=False)
     assert res.samples.shape == (4, 20, 2)
     with pytest.raises(ValueError, match="dim"):
@@ -271,10 +273,11 @@ def test_default_init_is_uniform_in_minus_two_two():
         return quadratic_logp_and_grad(q)
 
     target = Target(None, logp_and_grad=first_call_logp_and_grad, dim=200)
-    HMC(target, step_size=0.1, n_steps=1).sample(1, tune=0, chains=3, rng=4, progress=False)
+    HMC(target, step_size=0.1, n_steps=1).sample(1, tune=0, chains=3, rng=rng_seed(4),
+                                                 progress=False)
     starts = [calls[0], calls[2], calls[4]]  # per chain: initial point, then one step
     for start in starts:
         assert np.all((start > -2) & (start < 2))
         assert start.std() > 0.8  # uniform(-2, 2) has sd 1.15
-    expected = [g.uniform(-2.0, 2.0, size=200) for g in np.random.default_rng(4).spawn(3)]
+    expected = [g.uniform(-2.0, 2.0, size=200) for g in np.random.default_rng(rng_seed(4)).spawn(3)]
     np.testing.assert_array_equal(np.array(starts), np.array(expected))

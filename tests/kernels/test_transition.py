@@ -24,7 +24,7 @@ from rnshmc.targets import as_ctarget
 
 from testkit import (check_covariance, check_mean, harmonic_target, hmc_sample,
                      log_gamma_statistics, log_gamma_target, make_chain, mean_within_mcse,
-                     run_chain)
+                     run_chain, rng_seed)
 
 SEEDS = [0, 1, 2]
 # more seeds for the statistical tests, in the slow suite (pytest -m slow)
@@ -43,7 +43,7 @@ def test_power_check_broken_accept_rules_fail(rule):
     with a broken Metropolis rule must fail: the statistical test has power against the bugs
     it is for."""
     chain = make_chain(log_gamma_target(LOG_GAMMA_SHAPE), 1)
-    generator = np.random.default_rng(0)
+    generator = np.random.default_rng(rng_seed(0))
     eps, n_steps, draws = 1.05, 3, 3000
     chains = []
     for _ in range(2):
@@ -152,7 +152,7 @@ def test_max_energy_error_is_respected():
     """A proposal with dH > max_energy_error is a divergence with acceptance 0; any other has
     acceptance min(1, exp(-dH)) >= exp(-max_energy_error)."""
     target = harmonic_target(2)
-    common = dict(draws=3000, chains=2, rng=5, step_size=1.9, n_steps=3, init=[0.5, -0.5])
+    common = dict(draws=3000, chains=2, rng=rng_seed(5), step_size=1.9, n_steps=3, init=[0.5, -0.5])
     strict = hmc_sample(target, max_energy_error=0.5, **common)
     lenient = hmc_sample(target, **common)                    # default 1000
     assert 0.05 < strict.diverging.mean() < 0.95
@@ -187,9 +187,9 @@ def test_chain_checks():
         Chain(t2, delayed_acceptance=True, **parts())
     chain = Chain(t2, **parts())
     with pytest.raises(RuntimeError, match="set_position"):
-        run_chain(chain, np.random.default_rng(0), 5, 0.1, 3)
+        run_chain(chain, np.random.default_rng(rng_seed(0)), 5, 0.1, 3)
     with pytest.raises(RuntimeError, match="set_position"):
-        chain.energy_error_of_one_step(np.random.default_rng(0), 0.1)
+        chain.energy_error_of_one_step(np.random.default_rng(rng_seed(0)), 0.1)
     with pytest.raises(RuntimeError, match="state"):
         chain.get_state()
     with pytest.raises(ValueError):
@@ -198,15 +198,16 @@ def test_chain_checks():
     fresh = Chain(t2, **parts())
     fresh.set_position(np.zeros(2))
     with pytest.raises(ValueError):
-        run_chain(fresh, np.random.default_rng(0), 5, None, 3)     # no step size yet (NaN)
+        run_chain(fresh, np.random.default_rng(rng_seed(0)), 5, None,
+                  3)     # no step size yet (NaN)
     for bad in (0.0, -1.0, np.nan, np.inf):
         with pytest.raises(ValueError):
-            run_chain(chain, np.random.default_rng(0), 5, bad, 3)
+            run_chain(chain, np.random.default_rng(rng_seed(0)), 5, bad, 3)
     with pytest.raises(ValueError):
-        run_chain(chain, np.random.default_rng(0), 5, 0.1, 0)
+        run_chain(chain, np.random.default_rng(rng_seed(0)), 5, 0.1, 0)
     # output buffers: too few rows or the wrong dim
     chain.step_size = 0.1
-    generator = np.random.default_rng(0)
+    generator = np.random.default_rng(rng_seed(0))
     with pytest.raises(ValueError, match="buffers"):
         chain.run(generator, 5, 3, False, np.empty((4, 2)), np.empty(5, TRANSITION))
     with pytest.raises(ValueError, match="buffers"):
@@ -218,7 +219,7 @@ def test_chain_checks():
                   np.empty((5, 3)))
     # step-size adaptation needs a start
     with pytest.raises(RuntimeError, match="restart_step_size_adaptation"):
-        run_chain(chain, np.random.default_rng(0), 5, 0.1, 3, adapt_step_size=True)
+        run_chain(chain, np.random.default_rng(rng_seed(0)), 5, 0.1, 3, adapt_step_size=True)
     for bad in (0.0, 1.0, 1.5, np.nan):
         with pytest.raises(ValueError, match="target_accept"):
             chain.restart_step_size_adaptation(0.1, bad)
@@ -232,11 +233,11 @@ def test_run_writes_the_gradients():
     chain = make_chain(harmonic_target(3), 3)
     chain.set_position(np.ones(3))
     gradients = np.full((200, 3), np.nan)
-    out = run_chain(chain, np.random.default_rng(1), 200, 0.5, 4, jitter=True,
+    out = run_chain(chain, np.random.default_rng(rng_seed(1)), 200, 0.5, 4, jitter=True,
                     gradients=gradients)
     np.testing.assert_array_equal(gradients, out["samples"])     # grad U(q) = q
     np.testing.assert_array_equal(chain.position, out["samples"][-1])
-    empty = run_chain(chain, np.random.default_rng(1), 0, 0.5, 4)
+    empty = run_chain(chain, np.random.default_rng(rng_seed(1)), 0, 0.5, 4)
     assert empty["samples"].shape == (0, 3)
 
 
@@ -258,7 +259,8 @@ def test_run_writes_the_proposals_with_their_exact_potentials():
             chain = make_chain(PyCallableTarget(2, logp_and_grad=surrogate_logp_and_grad), 2,
                                test=true_target, delayed_acceptance=delayed)
             chain.set_position(np.ones(2))
-            outs.append(run_chain(chain, np.random.default_rng(3), 300, 0.9, 6, jitter=True,
+            outs.append(run_chain(chain, np.random.default_rng(rng_seed(3)), 300, 0.9, 6,
+                                  jitter=True,
                                   proposals=proposals))
         plain, out = outs
         np.testing.assert_array_equal(out["samples"], plain["samples"])
@@ -277,7 +279,7 @@ def test_run_writes_the_proposals_with_their_exact_potentials():
     chain = make_chain(PyCallableTarget(2, logp_and_grad=surrogate_logp_and_grad), 2)
     chain.set_position(np.ones(2))
     with pytest.raises(ValueError, match="too small"):
-        run_chain(chain, np.random.default_rng(0), 5, 0.5, 2, proposals=np.empty((5, 2)))
+        run_chain(chain, np.random.default_rng(rng_seed(0)), 5, 0.5, 2, proposals=np.empty((5, 2)))
 
 
 def test_energy_error_of_one_step_is_inf_for_a_divergent_step():
@@ -289,7 +291,7 @@ def test_energy_error_of_one_step_is_inf_for_a_divergent_step():
 
     chain = make_chain(Target(spike_logp, grad_logp=spike_grad, dim=2), 2)
     chain.set_position(np.zeros(2))
-    assert chain.energy_error_of_one_step(np.random.default_rng(0), 0.5) == np.inf
+    assert chain.energy_error_of_one_step(np.random.default_rng(rng_seed(0)), 0.5) == np.inf
 
 
 def test_energy_error_of_one_step_leaves_the_chain_alone():
@@ -299,8 +301,8 @@ def test_energy_error_of_one_step_leaves_the_chain_alone():
     chain.set_position(np.array([1.0, -0.5]))
     chain.step_size = 0.25
     before = chain.get_state()
-    generator = np.random.default_rng(3)
-    twin = np.random.default_rng(3)
+    generator = np.random.default_rng(rng_seed(3))
+    twin = np.random.default_rng(rng_seed(3))
     dH = chain.energy_error_of_one_step(generator, 0.8)
     # the same momentum through integrate: the same energy error
     p = twin.standard_normal(2)
@@ -319,7 +321,7 @@ def test_trajectory_record_holds_every_step_and_changes_nothing():
     import rnshmc
     from rnshmc._kernels._integrators import GeneralizedLeapfrog
     from rnshmc._kernels._riemann import CallableMetric
-    X, y, _ = rnshmc.datasets.simulated_logistic(n=400, dim=3, rng=0)
+    X, y, _ = rnshmc.datasets.simulated_logistic(n=400, dim=3, rng=rng_seed(0))
     model = rnshmc.models.LogisticRegression(X, y)
 
     def run(rows=None, n_iter=40):
@@ -329,7 +331,7 @@ def test_trajectory_record_holds_every_step_and_changes_nothing():
         samples, records = np.empty((n_iter, 3)), np.empty(n_iter, TRANSITION)
         record = None if rows is None else np.full((rows, 7), np.nan)
         ends = None if rows is None else np.zeros(n_iter, dtype=np.intp)
-        chain.run(np.random.default_rng(0), n_iter, 8, True, samples, records,
+        chain.run(np.random.default_rng(rng_seed(0)), n_iter, 8, True, samples, records,
                   trajectory=record, trajectory_ends=ends)
         return samples, records, record, ends, chain
 
@@ -357,5 +359,5 @@ def test_trajectory_record_holds_every_step_and_changes_nothing():
     riemann.set_position(np.zeros(3))
     riemann.step_size = 0.05
     with pytest.raises(ValueError, match="only the leapfrog"):
-        riemann.run(np.random.default_rng(0), 2, 2, False, np.empty((2, 3)),
+        riemann.run(np.random.default_rng(rng_seed(0)), 2, 2, False, np.empty((2, 3)),
                     np.empty(2, TRANSITION), trajectory=np.empty((10, 7)))

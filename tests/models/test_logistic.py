@@ -29,7 +29,7 @@ from rnshmc._kernels import _logistic
 from rnshmc.datasets import simulated_logistic
 from rnshmc.models import LogisticRegression
 
-from testkit import check_covariance, check_mean
+from testkit import check_covariance, check_mean, rng_seed
 
 RTOL = 1e-12
 ROWS = [1, 17, 1000, 10007]
@@ -170,7 +170,7 @@ def test_fisher_metric_is_the_hessian(seed):
 
 def test_thread_count_does_not_change_results():
     """Blocks are reduced in a fixed order: bit-identical for 1, 2 or the default threads."""
-    rng = np.random.default_rng(7)
+    rng = np.random.default_rng(rng_seed(7))
     X, y, q = random_problem(rng, 10007, 50)
     models = [LogisticRegression(X, y, n_threads=k) for k in (1, 2, None)]
     results = [m.potential_and_gradient(q) for m in models]
@@ -184,7 +184,7 @@ def test_thread_count_does_not_change_results():
 
 
 def test_repeated_evaluation_is_deterministic():
-    rng = np.random.default_rng(8)
+    rng = np.random.default_rng(rng_seed(8))
     X, y, q = random_problem(rng, 5000, 20)
     model = LogisticRegression(X, y, n_threads=2)
     first = model.potential_and_gradient(q)
@@ -195,7 +195,7 @@ def test_repeated_evaluation_is_deterministic():
 
 
 def test_pickle_round_trip():
-    rng = np.random.default_rng(9)
+    rng = np.random.default_rng(rng_seed(9))
     X, y, q = random_problem(rng, 1234, 7)
     model = LogisticRegression(X, y, prior_variance=4.0, n_threads=2)
     for clone in (pickle.loads(pickle.dumps(model)), copy.deepcopy(model)):
@@ -212,12 +212,12 @@ def test_pickle_round_trip():
 def test_chains_in_threads_share_one_target():
     """Chains on a thread pool share the model's one C target concurrently (the C loop drops
     the GIL); any shared scratch buffer would change the draws."""
-    X, y, _ = simulated_logistic(n=4000, dim=5, rng=1)
+    X, y, _ = simulated_logistic(n=4000, dim=5, rng=rng_seed(1))
     model = LogisticRegression(X, y, n_threads=1)
     hmc = HMC(model, step_size=0.2, n_steps=8)
-    serial = hmc.sample(300, tune=50, chains=4, rng=2, progress=False)
+    serial = hmc.sample(300, tune=50, chains=4, rng=rng_seed(2), progress=False)
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
-        threaded = hmc.sample(300, tune=50, chains=4, rng=2, progress=False, pool=pool)
+        threaded = hmc.sample(300, tune=50, chains=4, rng=rng_seed(2), progress=False, pool=pool)
     np.testing.assert_array_equal(serial.samples, threaded.samples)
     np.testing.assert_array_equal(serial.log_density, threaded.log_density)
 
@@ -227,7 +227,7 @@ def test_chains_in_threads_share_one_target():
 
 
 def test_labels_and_dtypes():
-    rng = np.random.default_rng(11)
+    rng = np.random.default_rng(rng_seed(11))
     X, y, q = random_problem(rng, 200, 3)
     base = LogisticRegression(X, y).potential(q)
     for labels in (2 * y - 1, (2 * y - 1).astype(int), y.astype(bool), y.astype(np.int8),
@@ -275,7 +275,7 @@ def test_labels_and_dtypes():
     (None, None, dict(n_threads=1.5)),
 ])
 def test_bad_inputs(X_change, y_change, kwargs):
-    rng = np.random.default_rng(12)
+    rng = np.random.default_rng(rng_seed(12))
     X, y, _ = random_problem(rng, 20, 3)
     X = X_change(X) if X_change else X
     y = y_change(y) if y_change else y
@@ -284,7 +284,7 @@ def test_bad_inputs(X_change, y_change, kwargs):
 
 
 def test_point_of_wrong_shape():
-    rng = np.random.default_rng(13)
+    rng = np.random.default_rng(rng_seed(13))
     X, y, _ = random_problem(rng, 20, 3)
     model = LogisticRegression(X, y)
     for bad in (np.zeros(2), np.zeros(4), np.zeros((3, 1)), np.zeros((1, 3))):
@@ -303,7 +303,7 @@ def twin(name):
 
 def test_exp_nonpositive_twin():
     exp_nonpositive = twin("_exp_nonpositive_memview")
-    rng = np.random.default_rng(14)
+    rng = np.random.default_rng(rng_seed(14))
     x = np.concatenate([np.linspace(-708.0, 0.0, 100_001), -rng.exponential(5.0, 50_000),
                         [0.0, -0.0, -1e-300, -5e-324, -708.0]])
     np.testing.assert_allclose(exp_nonpositive(x), np.exp(x), rtol=4e-16, atol=0)
@@ -374,7 +374,7 @@ def test_hmc_recovers_quadrature_posterior(seed):
 
 @pytest.mark.parametrize("n,dim", [(1, 1), (7, 2), (20_000, 6)])
 def test_simulated_logistic(n, dim):
-    X, y, beta = simulated_logistic(n=n, dim=dim, rng=3)
+    X, y, beta = simulated_logistic(n=n, dim=dim, rng=rng_seed(3))
     assert X.shape == (n, dim) and y.shape == (n,) and beta.shape == (dim,)
     assert X.dtype == y.dtype == beta.dtype == np.float64
     assert np.all(X[:, 0] == 0.1)
@@ -389,7 +389,7 @@ def test_simulated_logistic(n, dim):
         assert abs(y.mean() - p.mean()) < 5 * np.sqrt(np.mean(p * (1 - p)) / n)
         assert abs(np.corrcoef(other[:, 0], other[:, 1])[0, 1]) < 5 / np.sqrt(n)
     # reproducible, and a usable model
-    X2, y2, beta2 = simulated_logistic(n=n, dim=dim, rng=3)
+    X2, y2, beta2 = simulated_logistic(n=n, dim=dim, rng=rng_seed(3))
     np.testing.assert_array_equal(X, X2)
     np.testing.assert_array_equal(y, y2)
     np.testing.assert_array_equal(beta, beta2)
@@ -397,12 +397,12 @@ def test_simulated_logistic(n, dim):
 
 
 def test_simulated_logistic_defaults_and_errors():
-    X, y, beta = simulated_logistic(rng=np.random.default_rng(0))
+    X, y, beta = simulated_logistic(rng=np.random.default_rng(rng_seed(0)))
     assert X.shape == (100_000, 50) and beta.shape == (50,)
-    a = simulated_logistic(n=10, dim=3, rng=np.random.SeedSequence(4))
-    b = simulated_logistic(n=10, dim=3, rng=4)
+    a = simulated_logistic(n=10, dim=3, rng=np.random.SeedSequence(rng_seed(4)))
+    b = simulated_logistic(n=10, dim=3, rng=rng_seed(4))
     np.testing.assert_array_equal(a[0], b[0])
-    assert not np.array_equal(simulated_logistic(n=10, dim=3, rng=5)[0], b[0])
+    assert not np.array_equal(simulated_logistic(n=10, dim=3, rng=rng_seed(5))[0], b[0])
     for bad in (dict(n=0), dict(dim=0), dict(n=2.5), dict(dim=True), dict(n=-1)):
         with pytest.raises(ValueError):
             simulated_logistic(**{**dict(n=10, dim=3), **bad})

@@ -17,6 +17,7 @@ from rnshmc.fem import EllipticSolver
 from rnshmc.models import EllipticPDE
 from rnshmc.models.pde import (CLUSTER_TOL, SIGN_TIE_TOL, canonical_eigenbasis, kl_basis,
                                observation_grid)
+from testkit import rng_seed
 
 
 def authors_file(shared_data):
@@ -26,8 +27,8 @@ def authors_file(shared_data):
 @pytest.fixture(scope="module")
 def small_models():
     """Q1 and P1 synthetic models, small enough for dense finite differences."""
-    return {"Q1": EllipticPDE(n=12, element="Q1", n_modes=6, rng=1),
-            "P1": EllipticPDE(n=10, element="P1", n_modes=6, obs_grid=6, rng=2)}
+    return {"Q1": EllipticPDE(n=12, element="Q1", n_modes=6, rng=rng_seed(1)),
+            "P1": EllipticPDE(n=10, element="P1", n_modes=6, obs_grid=6, rng=rng_seed(2))}
 
 
 # --------------------------------------------------------------------------------------------
@@ -116,7 +117,7 @@ def test_forward_and_potential_match_reference(small_models, element):
 
 def test_authors_problem_matches_reference(shared_data):
     model = EllipticPDE.from_mat(authors_file(shared_data))
-    q = np.random.default_rng(4).normal(0.0, 0.5, model.dim)
+    q = np.random.default_rng(rng_seed(4)).normal(0.0, 0.5, model.dim)
     u, u_obs = reference_forward(model, q)
     np.testing.assert_allclose(model.forward(q), u_obs, rtol=1e-11, atol=1e-12)
     assert model.potential(q) == pytest.approx(reference_potential(model, q), rel=1e-11)
@@ -133,7 +134,7 @@ def central_differences(f, q, eps=1e-6):
 @pytest.mark.parametrize("element", ["Q1", "P1"])
 def test_adjoint_gradient_and_jacobian_match_finite_differences(small_models, element):
     model = small_models[element]
-    q = np.random.default_rng(7).normal(0.0, 0.5, model.dim)
+    q = np.random.default_rng(rng_seed(7)).normal(0.0, 0.5, model.dim)
     U, grad = model.potential_and_gradient(q)
     assert U == pytest.approx(model.potential(q), rel=1e-14)
     fd = central_differences(model.potential, q)
@@ -157,14 +158,15 @@ def test_adjoint_gradient_and_jacobian_match_finite_differences(small_models, el
 
 def test_authors_gradient_matches_finite_differences(shared_data):
     model = EllipticPDE.from_mat(authors_file(shared_data))
-    q = np.random.default_rng(8).normal(0.0, 0.5, model.dim)
+    q = np.random.default_rng(rng_seed(8)).normal(0.0, 0.5, model.dim)
     grad = model.potential_and_gradient(q)[1]
     fd = central_differences(model.potential, q)
     np.testing.assert_allclose(grad, fd, rtol=1e-5, atol=1e-6 * np.abs(fd).max())
 
 
 def test_off_node_observations():
-    model = EllipticPDE(n=8, element="Q1", n_modes=4, obs_grid=5, rng=0)   # points at x = 0.25k
+    model = EllipticPDE(n=8, element="Q1", n_modes=4, obs_grid=5,
+                        rng=rng_seed(0))   # points at x = 0.25k
     q = np.array([0.3, -0.2, 0.1, 0.4])
     np.testing.assert_allclose(model.forward(q), reference_forward(model, q)[1], rtol=1e-11)
     fd = central_differences(model.potential, q)
@@ -192,13 +194,13 @@ def test_kl_basis_is_the_scaled_eigenvectors_of_the_covariance():
 
 
 def test_synthetic_model_holds_truth_and_data():
-    model = EllipticPDE(n=10, element="P1", n_modes=5, prior_sd=0.5, noise_sd=0.01, rng=3)
+    model = EllipticPDE(n=10, element="P1", n_modes=5, prior_sd=0.5, noise_sd=0.01, rng=rng_seed(3))
     assert model.dim == 5 and model.true_theta.shape == (5,)
     assert model.observations.shape == (121,)
     residual = model.observations - model.forward(model.true_theta)
     assert np.std(residual) == pytest.approx(0.01, rel=0.3)
     again = EllipticPDE(n=10, element="P1", n_modes=5, prior_sd=0.5, noise_sd=0.01,
-                        rng=np.random.default_rng(3))
+                        rng=np.random.default_rng(rng_seed(3)))
     np.testing.assert_array_equal(again.observations, model.observations)
 
 
@@ -252,7 +254,7 @@ def test_canonical_eigenbasis_ignores_the_basis_of_each_eigenspace():
     values, vectors = values[::-1][:15], vectors[:, ::-1][:, :15]   # a gap follows mode 15
     groups = clusters(values)
     assert sum(g.stop - g.start == 2 for g in groups) == 6          # the grid's symmetric pairs
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(rng_seed(0))
     rotated = vectors.copy()
     for g in groups:   # another orthonormal basis of every eigenspace (singletons: the sign)
         m = g.stop - g.start
@@ -342,9 +344,9 @@ def test_synthetic_model_is_the_same_under_any_blas_thread_count(tmp_path):
 
 
 def test_hmc_runs_on_the_model():
-    model = EllipticPDE(n=10, element="P1", n_modes=8, rng=0)
+    model = EllipticPDE(n=10, element="P1", n_modes=8, rng=rng_seed(0))
     result = rnshmc.HMC(model, step_size=0.16, n_steps=10).sample(
-        draws=50, tune=0, chains=1, rng=0, init=np.zeros(model.dim), progress=False)
+        draws=50, tune=0, chains=1, rng=rng_seed(0), init=np.zeros(model.dim), progress=False)
     assert result.samples.shape == (1, 50, model.dim)
     assert np.all(np.isfinite(result.samples)) and np.all(np.isfinite(result.log_density))
     assert result.acceptance_rate[0] > 0.3
@@ -352,19 +354,20 @@ def test_hmc_runs_on_the_model():
 
 def test_hmc_with_default_initial_points_and_thread_pool():
     from concurrent.futures import ThreadPoolExecutor
-    model = EllipticPDE(n=8, element="Q1", n_modes=5, rng=1)
+    model = EllipticPDE(n=8, element="Q1", n_modes=5, rng=rng_seed(1))
     sampler = rnshmc.HMC(model, step_size=0.16, n_steps=10)
-    serial = sampler.sample(draws=30, tune=0, chains=2, rng=0, progress=False)
+    serial = sampler.sample(draws=30, tune=0, chains=2, rng=rng_seed(0), progress=False)
     assert np.all(np.isfinite(serial.samples))
     with ThreadPoolExecutor(2) as pool:   # each chain gets a spawned target with its own scratch
-        threaded = sampler.sample(draws=30, tune=0, chains=2, rng=0, progress=False, pool=pool)
+        threaded = sampler.sample(draws=30, tune=0, chains=2, rng=rng_seed(0), progress=False,
+                                  pool=pool)
     np.testing.assert_array_equal(threaded.samples, serial.samples)
 
 
 def test_authors_problem_under_hmc(shared_data):
     model = EllipticPDE.from_mat(authors_file(shared_data))
     result = rnshmc.HMC(model, step_size=0.16, n_steps=10).sample(
-        draws=50, tune=0, chains=1, rng=0, init=np.zeros(model.dim), progress=False)
+        draws=50, tune=0, chains=1, rng=rng_seed(0), init=np.zeros(model.dim), progress=False)
     assert np.all(np.isfinite(result.samples)) and result.acceptance_rate[0] > 0.3
 
 
@@ -431,8 +434,8 @@ def test_density_flops_grows_as_the_banded_factorisation():
     """The operation count surrogate samplers price steps against: dominated by the banded
     Cholesky factorisation, n kd^2 with n ~ N^2 unknowns and kd ~ N on an N x N mesh, so it
     grows about 16x when the mesh side doubles (assembly and log kappa grow 4x)."""
-    small = rnshmc.models.EllipticPDE(n=16, element="P1", n_modes=5, rng=0)
-    large = rnshmc.models.EllipticPDE(n=32, element="P1", n_modes=5, rng=0)
+    small = rnshmc.models.EllipticPDE(n=16, element="P1", n_modes=5, rng=rng_seed(0))
+    large = rnshmc.models.EllipticPDE(n=32, element="P1", n_modes=5, rng=rng_seed(0))
     solver = small.solver
     assert small.density_flops > solver.free_nodes.size * solver.bandwidth ** 2
     assert 10 < large.density_flops / small.density_flops < 16.5

@@ -10,6 +10,7 @@ import scipy.stats
 
 import rnshmc
 from rnshmc.models import GaussianMixture, RoughWell
+from testkit import rng_seed
 
 
 def finite_difference_gradient(model, q, h=1e-6):
@@ -31,7 +32,7 @@ MODELS = {
 @pytest.mark.parametrize("name", MODELS)
 def test_gradients_match_finite_differences(name):
     model = MODELS[name]()
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(rng_seed(0))
     for _ in range(3):
         q = rng.standard_normal(model.dim)
         U, grad = model.potential_and_gradient(q)
@@ -44,7 +45,7 @@ def test_gradients_match_finite_differences(name):
 
 def test_mixture_density_and_moments_against_scipy():
     model = MODELS["mixture3"]()
-    rng = np.random.default_rng(1)
+    rng = np.random.default_rng(rng_seed(1))
     for q in rng.standard_normal((5, 3)) * 2:
         reference = scipy.special.logsumexp(
             [scipy.stats.multivariate_normal(m, 0.5 * np.eye(3)).logpdf(q) for m in model.means],
@@ -116,7 +117,7 @@ def test_hessian_vector_products_match_differences_of_gradients(name):
     """The analytic H u (L2HMC's training differentiates through grad U) against central
     differences of the gradient along u."""
     target = rnshmc.targets.as_ctarget(MODELS[name]())
-    rng = np.random.default_rng(2)
+    rng = np.random.default_rng(rng_seed(2))
     for _ in range(3):
         q, u = rng.standard_normal(target.dim), rng.standard_normal(target.dim)
         h = 1e-6
@@ -130,7 +131,7 @@ def test_hessian_vector_fallback_differences_the_gradient():
     gradient: U = sum q^4 / 4 has H u = 3 q^2 u."""
     target = rnshmc.targets.as_ctarget(
         rnshmc.Target(lambda q: -0.25 * np.sum(q ** 4), lambda q: -q ** 3, dim=4))
-    rng = np.random.default_rng(3)
+    rng = np.random.default_rng(rng_seed(3))
     q, u = 2 * rng.standard_normal(4), rng.standard_normal(4)
     np.testing.assert_allclose(target.eval_hessian_vector(q, u), 3 * q ** 2 * u, rtol=1e-8)
     np.testing.assert_array_equal(target.eval_hessian_vector(q, np.zeros(4)), 0.0)

@@ -23,7 +23,7 @@ from rnshmc.models import UMBridgeModel  # noqa: E402
 from rnshmc.models.umbridge import UMBridgeError  # noqa: E402
 from rnshmc.serve import load_surrogate, serve_models, serve_surrogate  # noqa: E402
 
-from testkit import check_covariance, check_mean  # noqa: E402
+from testkit import check_covariance, check_mean, rng_seed  # noqa: E402
 
 MEAN = np.array([1.0, -0.5])
 COVARIANCE = np.array([[1.0, 0.6], [0.6, 2.0]])
@@ -120,10 +120,10 @@ def slow_server():
 
 @pytest.fixture
 def surrogate():
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(rng_seed(0))
     Q = MEAN + rng.standard_normal((200, 2)) @ np.linalg.cholesky(COVARIANCE).T
     U = np.array([-gaussian_log_density(q) for q in Q])
-    return rnshmc.RandomNetworkSurrogate(2, 60, rng=0).fit(Q, U)
+    return rnshmc.RandomNetworkSurrogate(2, 60, rng=rng_seed(0)).fit(Q, U)
 
 
 @pytest.fixture
@@ -248,7 +248,7 @@ def test_the_model_pickles_and_reconnects(server):
 def test_hmc_on_an_umbridge_gaussian(server):
     model = UMBridgeModel(server.url, "posterior")
     result = rnshmc.HMC(model, step_size=0.9, n_steps=3).sample(
-        draws=300, tune=20, rng=3, init=MEAN, progress=False)
+        draws=300, tune=20, rng=rng_seed(3), init=MEAN, progress=False)
     assert result.samples.shape == (4, 300, 2)
     assert 0.6 < result.acceptance_rate[0] and not result.diverging.any()
     check_mean(result.samples, MEAN)
@@ -304,7 +304,7 @@ def test_serving_stops(surrogate):
 
 def test_an_unfitted_surrogate_is_refused():
     with pytest.raises(RuntimeError, match="not fitted"):
-        serve_surrogate(rnshmc.RandomNetworkSurrogate(2, 10, rng=0), port=0, block=False)
+        serve_surrogate(rnshmc.RandomNetworkSurrogate(2, 10, rng=rng_seed(0)), port=0, block=False)
     with pytest.raises(TypeError, match="RandomNetworkSurrogate"):
         serve_surrogate(rnshmc.models.Gaussian(MEAN, COVARIANCE), port=0, block=False)
 
@@ -316,7 +316,7 @@ def test_missing_umbridge_names_the_extra(surrogate, monkeypatch):
 
 
 def test_load_surrogate_from_a_saved_result(surrogate, tmp_path):
-    other = rnshmc.RandomNetworkSurrogate(2, 30, rng=1).fit(
+    other = rnshmc.RandomNetworkSurrogate(2, 30, rng=rng_seed(1)).fit(
         POINTS, [-gaussian_log_density(q) for q in POINTS])
     path = tmp_path / "result.npz"
     rnshmc.SampleResult(surrogate=[surrogate.get_state(), other.get_state()]).save(path)

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import rnshmc
+from testkit import rng_seed
 
 CHILD = textwrap.dedent("""
     import sys
@@ -27,11 +28,11 @@ CHILD = textwrap.dedent("""
 
 RUNS = {
     "sampling": ("rnshmc.HMC(model, step_size=0.05, n_steps=50)",
-                 dict(draws=8000, tune=100, chains=2, rng=4)),
+                 dict(draws=8000, tune=100, chains=2, rng=rng_seed(4))),
     # training on the states: the trajectories of this exploration would be 240 MB a chain
     "exploration": ("rnshmc.RNSHMC(model, n_hidden=60, step_size=0.05, jitter=False, "
                     "explore=dict(n_steps=50), surrogate=dict(training_data='states'))",
-                    dict(draws=200, tune=6000, chains=2, rng=5)),
+                    dict(draws=200, tune=6000, chains=2, rng=rng_seed(5))),
 }
 
 
@@ -97,7 +98,7 @@ def test_ctrl_c_writes_a_checkpoint_that_resumes_exactly(tmp_path, capfd):
     evaluations go on to the trajectory's end), so the checkpoint resumes to the
     uninterrupted run's draws."""
     model = rnshmc.models.Gaussian(np.zeros(50), covariance=np.eye(50))
-    kwargs = dict(draws=2000, tune=100, chains=1, rng=6)
+    kwargs = dict(draws=2000, tune=100, chains=1, rng=rng_seed(6))
     path = tmp_path / "run.npz"
     # tune: 100 x 10 gradients; the SIGINT comes within a trajectory, at about draw 900
     interrupted = ctrl_c_at(10005, model)
@@ -122,7 +123,7 @@ def test_sigterm_saves_and_stops_as_a_ctrl_c(tmp_path, capfd):
     checkpoint and returns the draws so far within 2 s; the checkpoint resumes to the
     uninterrupted draws. Outside a run, SIGTERM's handler is Python's again."""
     model = rnshmc.models.Gaussian(np.zeros(50), covariance=np.eye(50))
-    kwargs = dict(draws=2000, tune=100, chains=1, rng=6)
+    kwargs = dict(draws=2000, tune=100, chains=1, rng=rng_seed(6))
     path = tmp_path / "run.npz"
     terminated = ctrl_c_at(10005, model, signum=signal.SIGTERM)
     with pytest.warns(RuntimeWarning, match="interrupted"):
@@ -215,7 +216,7 @@ def test_a_second_ctrl_c_stops_at_once(tmp_path):
     path = tmp_path / "run.npz"
     with pytest.warns(RuntimeWarning, match="interrupted"):
         partial = rnshmc.HMC(interrupted, step_size=0.3, n_steps=10).sample(
-            2000, tune=100, chains=1, rng=0, progress=False, checkpoint=path, pool=None)
+            2000, tune=100, chains=1, rng=rng_seed(0), progress=False, checkpoint=path, pool=None)
     # (the evaluation under way is the last of the run, then the checkpoint's check of the model)
     assert interrupted.count == 5006 + 1 and partial.interrupted
     with warnings.catch_warnings():
@@ -234,7 +235,7 @@ def test_checkpoints_in_any_phase_resume_exactly(stop, tmp_path):
     from rnshmc.samplers.checkpoint import Checkpointer
     model = rnshmc.models.Gaussian(np.arange(3.0), covariance=np.eye(3))
     sampler = rnshmc.RNSHMC(model, n_hidden=40)
-    kwargs = dict(draws=100, tune=200, chains=2, rng=8)
+    kwargs = dict(draws=100, tune=200, chains=2, rng=rng_seed(8))
     full = sampler.sample(**kwargs, progress=False)
     states = sampler.run_states(sampler.init_states(**kwargs), progress=False, stop_after=stop)
     path = tmp_path / "run.npz"
@@ -248,7 +249,8 @@ def test_checkpoints_in_any_phase_resume_exactly(stop, tmp_path):
 def saved_run(tmp_path):
     model = rnshmc.models.Gaussian(np.zeros(3), covariance=np.eye(3))
     path = tmp_path / "run.npz"
-    rnshmc.HMC(model, n_steps=3).sample(50, tune=50, rng=0, progress=False, checkpoint=path,
+    rnshmc.HMC(model, n_steps=3).sample(50, tune=50, rng=rng_seed(0), progress=False,
+                                        checkpoint=path,
                                         checkpoint_every=20)
     return model, path
 
@@ -267,7 +269,7 @@ def test_corrupted_and_mismatched_checkpoints_are_refused(saved_run, tmp_path):
         rnshmc.resume(broken)
     assert broken.read_bytes() == before[: len(before) // 2]
     result = tmp_path / "result.npz"
-    rnshmc.HMC(model, n_steps=3).sample(20, tune=20, rng=0, progress=False).save(result)
+    rnshmc.HMC(model, n_steps=3).sample(20, tune=20, rng=rng_seed(0), progress=False).save(result)
     with pytest.raises(ValueError, match="not an rnshmc checkpoint"):
         rnshmc.resume(result)
 
@@ -296,7 +298,8 @@ def test_samplers_that_cannot_checkpoint_say_so_before_sampling(tmp_path):
 def test_resume_needs_the_target_of_a_user_model(tmp_path):
     target = rnshmc.Target(lambda q: -0.5 * q @ q, lambda q: -q, dim=2)
     path = tmp_path / "run.npz"
-    rnshmc.HMC(target, n_steps=3).sample(30, tune=30, rng=1, progress=False, checkpoint=path,
+    rnshmc.HMC(target, n_steps=3).sample(30, tune=30, rng=rng_seed(1), progress=False,
+                                         checkpoint=path,
                                          checkpoint_every=10)
     with pytest.raises(ValueError, match="give the run's target"):
         rnshmc.resume(path)
@@ -309,9 +312,9 @@ def test_l2hmc_checkpoint_keeps_weights_and_standardisation(tmp_path):
     model = rnshmc.models.Gaussian(np.array([3.0, -1.0]), covariance=np.diag([4.0, 0.25]))
     l2 = rnshmc.L2HMC(model, n_steps=4,
                       standardize=(np.array([3.0, -1.0]), np.array([2.0, 0.5]))).initialize(
-                          np.random.default_rng(2))
-    l2.train(5, chains=8, rng=0, progress=False)
-    kwargs = dict(draws=150, tune=50, chains=2, rng=9)
+                          np.random.default_rng(rng_seed(2)))
+    l2.train(5, chains=8, rng=rng_seed(0), progress=False)
+    kwargs = dict(draws=150, tune=50, chains=2, rng=rng_seed(9))
     full = l2.sample(**kwargs, progress=False)
     states = l2.run_states(l2.init_states(**kwargs), progress=False, stop_after=120)
     path = tmp_path / "run.npz"
@@ -325,10 +328,10 @@ def test_l2hmc_on_a_surrogate_checkpoints_and_resumes_exactly(tmp_path):
     resumed run gives the uninterrupted draws and counts."""
     from rnshmc.samplers.checkpoint import Checkpointer
     model = rnshmc.models.Gaussian(np.array([1.0, -1.0, 0.5]), covariance=np.eye(3) + 0.3)
-    l2 = rnshmc.L2HMC.with_surrogate(model, tune=100, rng=0, progress=False, n_steps=3,
+    l2 = rnshmc.L2HMC.with_surrogate(model, tune=100, rng=rng_seed(0), progress=False, n_steps=3,
                                      rns_options=dict(n_hidden=40))
-    l2.train(5, chains=8, rng=1, progress=False)
-    kwargs = dict(draws=120, tune=30, chains=2, rng=4)
+    l2.train(5, chains=8, rng=rng_seed(1), progress=False)
+    kwargs = dict(draws=120, tune=30, chains=2, rng=rng_seed(4))
     full = l2.sample(**kwargs, progress=False)
     states = l2.run_states(l2.init_states(**kwargs), progress=False, stop_after=70)
     path = tmp_path / "run.npz"
@@ -348,7 +351,7 @@ def test_arns_checkpoints_keep_the_online_estimator(share, stop, tmp_path):
     from rnshmc.samplers.checkpoint import Checkpointer
     model = rnshmc.models.Gaussian(np.arange(3.0), covariance=np.eye(3) + 0.5)
     sampler = rnshmc.ARNSHMC(model, n_hidden=15, share_surrogate=share)
-    kwargs = dict(draws=400, tune=150, chains=2, rng=3)
+    kwargs = dict(draws=400, tune=150, chains=2, rng=rng_seed(3))
     full = sampler.sample(**kwargs, progress=False, pool=None)
     states = sampler.init_states(**kwargs)
     while True:  # as continue_run: join the chains whenever they all wait
@@ -373,7 +376,7 @@ def test_a_failing_checkpoint_write_keeps_the_last_good_one_and_the_run_goes_on(
     import errno
     from rnshmc.samplers import checkpoint as checkpoint_module
     model = rnshmc.models.Gaussian(np.zeros(3), covariance=np.eye(3))
-    kwargs = dict(draws=300, tune=100, chains=2, rng=3, progress=False, pool=None)
+    kwargs = dict(draws=300, tune=100, chains=2, rng=rng_seed(3), progress=False, pool=None)
     full = rnshmc.HMC(model, n_steps=3).sample(**kwargs)
     path = tmp_path / "run.npz"
     replace, calls = os.replace, []
@@ -411,9 +414,9 @@ def test_two_runs_on_one_checkpoint_path_the_second_refuses(tmp_path):
     first = Checkpointer(path, sampler, dict(draws=10, checkpoint_every=10))
     first.acquire()  # (a run under way in this process)
     with pytest.raises(FileExistsError, match="in use by another run"):
-        sampler.sample(10, tune=10, chains=1, rng=0, progress=False, checkpoint=path)
+        sampler.sample(10, tune=10, chains=1, rng=rng_seed(0), progress=False, checkpoint=path)
     first.release()
-    sampler.sample(10, tune=10, chains=1, rng=0, progress=False, checkpoint=path,
+    sampler.sample(10, tune=10, chains=1, rng=rng_seed(0), progress=False, checkpoint=path,
                    checkpoint_every=5, pool=None)
     first.acquire()
     with pytest.raises(FileExistsError, match="in use by another run"):

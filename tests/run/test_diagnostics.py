@@ -5,6 +5,7 @@ import pytest
 from scipy.signal import lfilter
 
 from rnshmc import diagnostics
+from testkit import rng_seed
 
 SEEDS = [0, 1, 2, 3, 4]
 
@@ -136,13 +137,13 @@ def test_ess_iid(seed):
 
 
 def test_ess_antithetic_uncapped_exceeds_n():
-    x = ar1(np.random.default_rng(0), -0.5, 5000)
+    x = ar1(np.random.default_rng(rng_seed(0)), -0.5, 5000)
     assert diagnostics.ess(x) == 5000
     assert diagnostics.ess(x, cap=False) > 2 * 5000
 
 
 def test_ess_constant_coordinate_is_nan():
-    x = np.random.default_rng(0).standard_normal((100, 2))
+    x = np.random.default_rng(rng_seed(0)).standard_normal((100, 2))
     x[:, 1] = 0.1
     out = diagnostics.ess(x)
     assert np.isfinite(out[0]) and np.isnan(out[1])
@@ -220,13 +221,13 @@ def test_rhat_single_chain_trend(seed):
 
 def test_rhat_scale_difference_caught_by_tail():
     # same location, different scale: bulk R-hat misses it, tail catches it
-    x = np.random.default_rng(0).standard_normal((4, 2000))
+    x = np.random.default_rng(rng_seed(0)).standard_normal((4, 2000))
     x[0] *= 3.0
     assert diagnostics.rhat(x[..., None])[0] > 1.05
 
 
 def test_rhat_scalar_and_odd_draws():
-    x = np.random.default_rng(1).standard_normal(1001)
+    x = np.random.default_rng(rng_seed(1)).standard_normal(1001)
     r = diagnostics.rhat(x)
     assert isinstance(r, float) and r < 1.05
 
@@ -278,7 +279,7 @@ def test_mcse_mean(seed):
 
 
 def test_summary():
-    x = np.random.default_rng(0).standard_normal((4, 500, 3)) + [0, 1, 2]
+    x = np.random.default_rng(rng_seed(0)).standard_normal((4, 500, 3)) + [0, 1, 2]
     s = diagnostics.summary(x)
     keys = ["names", "mean", "sd", "mcse_mean", "q5", "q50", "q95", "ess",
             "rhat"]
@@ -304,7 +305,7 @@ def test_summary():
 
 
 def test_summary_names_quantiles_and_1d():
-    x = np.random.default_rng(1).standard_normal((200, 2))
+    x = np.random.default_rng(rng_seed(1)).standard_normal((200, 2))
     s = diagnostics.summary(x, names=["alpha", "beta"], quantiles=(0.1, 0.9))
     assert "q10" in s and "q90" in s and "q5" not in s
     assert str(s).splitlines()[1].startswith("alpha")
@@ -321,7 +322,7 @@ def test_summary_names_quantiles_and_1d():
 # bad input
 # ---------------------------------------------------------------------------
 
-GOOD = np.random.default_rng(0).standard_normal((2, 50, 3))
+GOOD = np.random.default_rng(rng_seed(0)).standard_normal((2, 50, 3))
 FUNCS = [diagnostics.ess, diagnostics.rhat, diagnostics.mcse_mean,
          diagnostics.summary,
          lambda x: diagnostics.relative_error_of_mean(x, np.ones(3))]
@@ -389,7 +390,7 @@ def test_ess_and_rhat_on_the_authors_hmc_draws(shared_data):
 def test_rhat_and_ess_bulk_together_equal_each_alone(shape):
     """One ranking for both gives rhat's and ess_bulk's own values (ties and a constant
     coordinate included)."""
-    x = np.round(np.random.default_rng(3).standard_normal(shape), 1)  # many ties
+    x = np.round(np.random.default_rng(rng_seed(3)).standard_normal(shape), 1)  # many ties
     if len(shape) > 1:
         x[..., -1] = 2.0
     r, bulk = diagnostics.rhat_and_ess_bulk(x)

@@ -6,11 +6,11 @@ import rnshmc
 from rnshmc import ChainState
 from rnshmc.models import Gaussian
 
-from testkit import check_mean, without_seconds
+from testkit import check_mean, without_seconds, rng_seed
 
 
 def correlated_gaussian(dim=3):
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(rng_seed(0))
     A = rng.standard_normal((dim, dim))
     return Gaussian(np.arange(dim, dtype=float), A @ A.T / dim + np.eye(dim))
 
@@ -61,7 +61,7 @@ HMC_STOPS = [[1], [37, 100], [125, 180], [300], [301, 450], [100, 101, 102, 299,
 @pytest.mark.parametrize("stops", HMC_STOPS)
 def test_hmc_state_saved_and_continued_equals_uninterrupted(stops, tmp_path):
     hmc = rnshmc.HMC(correlated_gaussian(), n_steps=5)
-    kwargs = dict(draws=200, tune=300, chains=2, rng=7)
+    kwargs = dict(draws=200, tune=300, chains=2, rng=rng_seed(7))
     full = hmc.sample(progress=False, **kwargs)
     assert_same_result(interrupted_run(hmc, stops, tmp_path, **kwargs), full)
 
@@ -76,7 +76,7 @@ RNS_STOPS = [[50], [199], [200], [200, 201], [250], [60, 200, 399]]
 def test_rnshmc_state_saved_and_continued_equals_uninterrupted(stops, delayed, tmp_path):
     rns = rnshmc.RNSHMC(correlated_gaussian(), n_hidden=40, explore=dict(n_steps=5),
                         delayed_acceptance=delayed)
-    kwargs = dict(draws=200, tune=200, chains=2, rng=3)
+    kwargs = dict(draws=200, tune=200, chains=2, rng=rng_seed(3))
     full = rns.sample(progress=False, **kwargs)
     resumed = interrupted_run(rns, stops, tmp_path, **kwargs)
     assert_same_result(resumed, full)
@@ -89,10 +89,10 @@ def test_l2hmc_state_saved_and_continued_equals_uninterrupted(stops, tmp_path):
     """L2HMC in standardised coordinates on a surrogate: the saved states (in z) continue to
     the uninterrupted draws (mapped back to x)."""
     model = correlated_gaussian()
-    l2 = rnshmc.L2HMC.with_surrogate(model, tune=100, rng=0, progress=False, n_steps=4,
+    l2 = rnshmc.L2HMC.with_surrogate(model, tune=100, rng=rng_seed(0), progress=False, n_steps=4,
                                      rns_options=dict(n_hidden=40))
-    l2.train(5, chains=8, rng=1, progress=False)
-    kwargs = dict(draws=200, tune=100, chains=2, rng=5)
+    l2.train(5, chains=8, rng=rng_seed(1), progress=False)
+    kwargs = dict(draws=200, tune=100, chains=2, rng=rng_seed(5))
     full = l2.sample(progress=False, **kwargs)
     assert_same_result(interrupted_run(l2, stops, tmp_path, **kwargs), full)
 
@@ -102,12 +102,12 @@ def test_l2hmc_continued_across_its_fallback_equals_uninterrupted(tmp_path):
     chains to exact HMC; stops at the window that does it, just after it, and inside the
     exact stretch."""
     l2 = rnshmc.L2HMC.with_surrogate(
-        correlated_gaussian(), tune=300, rng=0, progress=False, n_steps=5,
+        correlated_gaussian(), tune=300, rng=rng_seed(0), progress=False, n_steps=5,
         trust=dict(ratio=0.9, window=20),
         rns_options=dict(n_hidden=15, surrogate=dict(gradient_weight=0.0, whiten=False,
                                                      training_data="states")))
-    l2.train(300, chains=50, rng=1, learning_rate=3e-3, progress=False)
-    kwargs = dict(draws=200, tune=50, chains=4, rng=0)
+    l2.train(300, chains=50, rng=rng_seed(1), learning_rate=3e-3, progress=False)
+    kwargs = dict(draws=200, tune=50, chains=4, rng=rng_seed(0))
     with pytest.warns(RuntimeWarning, match="replaced by exact HMC"):
         full = l2.sample(progress=False, **kwargs)
     switch = 50 + min(e[0]["iteration"] for e in full.trust_events if e)
@@ -127,7 +127,7 @@ def test_continued_across_refits_and_fallback_equals_uninterrupted(name, tmp_pat
         correlated_gaussian(), n_hidden=8,
         surrogate=dict(n_train=50, gradient_weight=0.0, whiten=False), explore=dict(n_steps=5),
         trust=dict(ratio=1.0, window=20, max_refits=1, refit_iterations=60), **riemannian)
-    kwargs = dict(draws=400, tune=200, chains=2, rng=5)
+    kwargs = dict(draws=400, tune=200, chains=2, rng=rng_seed(5))
     with pytest.warns(RuntimeWarning, match="surrogate was poor"):
         full = sampler.sample(progress=False, **kwargs)
     events = full.trust_events[0]
@@ -144,7 +144,7 @@ def test_continued_across_refits_and_fallback_equals_uninterrupted(name, tmp_pat
 def test_state_of_a_stopped_chain_says_where_it_is(tmp_path):
     rns = rnshmc.RNSHMC(correlated_gaussian(), n_hidden=30, step_size=0.3,
                         explore=dict(n_steps=4))
-    states = rns.run_states(rns.init_states(draws=100, tune=100, rng=0), progress=False,
+    states = rns.run_states(rns.init_states(draws=100, tune=100, rng=rng_seed(0)), progress=False,
                             stop_after=150)
     assert states[0].phase == "training"  # the shared surrogate's barrier: join() passes it
     rns.join(states)
@@ -166,7 +166,7 @@ def test_state_of_a_stopped_chain_says_where_it_is(tmp_path):
 def test_sample_mutates_nothing_on_the_sampler():
     rns = rnshmc.RNSHMC(correlated_gaussian(), n_hidden=30, explore=dict(n_steps=4))
     before = {k: repr(v) for k, v in vars(rns).items()}
-    rns.sample(100, tune=100, chains=2, rng=0, progress=False)
+    rns.sample(100, tune=100, chains=2, rng=rng_seed(0), progress=False)
     assert {k: repr(v) for k, v in vars(rns).items()} == before
 
 
@@ -188,16 +188,17 @@ def test_short_warmups_do_not_stick(tune):
 def test_continue_with_a_results_per_chain_settings():
     """A result's per-chain step sizes and inverse mass matrices are accepted back."""
     target = correlated_gaussian()
-    first = rnshmc.HMC(target, n_steps=5).sample(100, tune=300, chains=2, rng=0, progress=False)
+    first = rnshmc.HMC(target, n_steps=5).sample(100, tune=300, chains=2, rng=rng_seed(0),
+                                                 progress=False)
     more = rnshmc.HMC(target, n_steps=5, step_size=first.step_size,
                       inverse_mass_matrix=first.inverse_mass_matrix).sample(
-        100, tune=0, chains=2, rng=1, init=first.samples[:, -1], progress=False)
+        100, tune=0, chains=2, rng=rng_seed(1), init=first.samples[:, -1], progress=False)
     np.testing.assert_array_equal(more.step_size, first.step_size)
     np.testing.assert_array_equal(more.inverse_mass_matrix, first.inverse_mass_matrix)
     # a list is one matrix per chain, also when a (chains, dim) array would be square
     dense = [np.eye(3) * (c + 1) for c in range(3)]
     res = rnshmc.HMC(target, step_size=0.2, inverse_mass_matrix=dense).sample(
-        10, tune=0, chains=3, rng=0, progress=False)
+        10, tune=0, chains=3, rng=rng_seed(0), progress=False)
     np.testing.assert_array_equal(res.inverse_mass_matrix, np.stack(dense))
     with pytest.raises(ValueError, match="per chain|per-chain"):
         rnshmc.HMC(target, step_size=first.step_size).sample(10, chains=3, progress=False)
@@ -224,18 +225,19 @@ def test_rnshmc_accepts_a_target_whose_dim_is_a_method():
             return -0.5 * q @ q, -q
 
     res = rnshmc.RNSHMC(BridgeStanLike(), n_hidden=30, explore=dict(n_steps=5)).sample(
-        2000, tune=300, rng=0, progress=False)
+        2000, tune=300, rng=rng_seed(0), progress=False)
     check_mean(res.samples, np.zeros(2))
 
 
 def test_chains_that_never_move_are_reported():
     target = Gaussian(np.zeros(2), np.eye(2) * 1e-6)
     with pytest.warns(RuntimeWarning, match="chain 0: (every proposal|no proposal)"):
-        rnshmc.HMC(target, step_size=5.0, n_steps=3).sample(50, tune=0, rng=0, progress=False)
+        rnshmc.HMC(target, step_size=5.0, n_steps=3).sample(50, tune=0, rng=rng_seed(0),
+                                                            progress=False)
 
 
 def test_exploration_without_accepted_moves_says_so():
     target = Gaussian(np.zeros(2), np.eye(2) * 1e-6)
     with pytest.raises(RuntimeError, match="accepted no move"):
         rnshmc.RNSHMC(target, n_hidden=10, step_size=5.0, explore=dict(n_steps=3)).sample(
-            50, tune=50, rng=0, progress=False)
+            50, tune=50, rng=rng_seed(0), progress=False)

@@ -23,7 +23,7 @@ import pytest
 
 import rnshmc
 from rnshmc.diagnostics import SamplingWarning
-from testkit import loopback_dask_client
+from testkit import loopback_dask_client, rng_seed
 
 POSIX = pytest.mark.skipif(os.name != "posix", reason="signals and mounts are POSIX")
 
@@ -71,7 +71,7 @@ def dask_target(delay=0.0, trigger=None, marker=None, client_pid=None):
     return rnshmc.Target(None, logp_and_grad=logp_and_grad, dim=2)
 
 
-DASK_RUN = dict(draws=150, tune=50, chains=2, rng=11, progress=False)
+DASK_RUN = dict(draws=150, tune=50, chains=2, rng=rng_seed(11), progress=False)
 DASK_HMC = dict(step_size=0.3, n_steps=5)
 
 
@@ -254,7 +254,7 @@ web.run_app = lambda app, **options: run_app(app, sock=sock, print=None, handle_
 umbridge.serve_models([FaultyGaussian(sys.argv[1], sys.argv[2], int(sys.argv[3]))], port=0)
 '''
 
-UM_RUN = dict(draws=40, tune=20, chains=2, rng=3, progress=False, pool=None)
+UM_RUN = dict(draws=40, tune=20, chains=2, rng=rng_seed(3), progress=False, pool=None)
 UM_HMC = dict(step_size=0.9, n_steps=3)
 # Evaluate answers before the fault: the chains run one after the other in segments of 20
 # iterations (about 40 answers a chain; the first checkpoint asks once more); 100 comes in
@@ -433,7 +433,7 @@ def test_a_resumed_run_whose_model_fails_at_once_keeps_the_checkpoints_target_ch
     from rnshmc.samplers.checkpoint import Checkpointer
     model = rnshmc.models.Gaussian(np.zeros(3), covariance=np.eye(3))
     hmc = rnshmc.HMC(model, n_steps=3)
-    states = hmc.run_states(hmc.init_states(50, tune=50, chains=1, rng=0), progress=False,
+    states = hmc.run_states(hmc.init_states(50, tune=50, chains=1, rng=rng_seed(0)), progress=False,
                             stop_after=60)
     path = tmp_path / "run.npz"
     Checkpointer(path, hmc, dict(draws=50, checkpoint_every=1000)).write(states)
@@ -576,7 +576,7 @@ def gaussian_with_hook(hook):
     return rnshmc.Target(None, logp_and_grad=logp_and_grad, dim=3)
 
 
-DISK_RUN = dict(draws=300, tune=100, chains=2, rng=3, progress=False, pool=None)
+DISK_RUN = dict(draws=300, tune=100, chains=2, rng=rng_seed(3), progress=False, pool=None)
 
 
 @pytest.fixture(scope="module")

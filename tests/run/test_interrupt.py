@@ -21,6 +21,7 @@ from rnshmc._kernels._metropolis import MetropolisChain
 from rnshmc._kernels._targets import PyCallableTarget
 from rnshmc._kernels._transition import Chain
 from rnshmc.targets import as_ctarget
+from testkit import rng_seed
 
 CHILD = textwrap.dedent("""
     import sys, time, warnings
@@ -96,7 +97,7 @@ def test_a_failing_model_stops_the_other_chains_and_keeps_their_states():
 
     target = rnshmc.Target(None, logp_and_grad=logp_and_grad, dim=2)
     sampler = rnshmc.HMC(target, step_size=0.3, n_steps=5, jitter=False)
-    states = sampler.init_states(draws=10**6, tune=0, chains=2, rng=1, init=np.zeros(2))
+    states = sampler.init_states(draws=10**6, tune=0, chains=2, rng=rng_seed(1), init=np.zeros(2))
     start = time.perf_counter()
     with ThreadPoolExecutor(2) as pool, pytest.raises(ArithmeticError) as raised:
         sampler.run_states(states, progress=False, pool=pool)
@@ -117,7 +118,7 @@ def test_states_stopped_between_transitions_continue_bit_identically():
     kept state then continues to the draws of a run that was never stopped."""
     model = rnshmc.models.Gaussian(np.zeros(3), covariance=np.eye(3))
     sampler = rnshmc.HMC(model, n_steps=10)
-    kwargs = dict(draws=300000, tune=300, chains=1, rng=5)
+    kwargs = dict(draws=300000, tune=300, chains=1, rng=rng_seed(5))
     full = sampler.sample(progress=False, **kwargs)
     states = sampler.init_states(**kwargs)
     timer = threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT))
@@ -176,7 +177,7 @@ def test_a_raised_stop_flag_stops_both_chains_alike(kind):
     for completed in (3, 0):
         outputs = (np.full((10, 2), np.nan), np.zeros(10, TRANSITION), np.full((10, 3), np.nan))
         with pytest.raises(StopRequested) as raised:
-            chain.run(np.random.default_rng(0), 10, 1, False, outputs[0], outputs[1],
+            chain.run(np.random.default_rng(rng_seed(0)), 10, 1, False, outputs[0], outputs[1],
                       proposals=outputs[2])
         assert type(raised.value) is StopRequested
         check_stopped_after(chain, outputs, completed)
@@ -189,7 +190,7 @@ def test_ctrl_c_stops_both_chains_alike(kind):
     """A SIGINT while a chain runs a C model without the GIL: the loop's signal poll lets
     the handler raise KeyboardInterrupt itself (not StopRequested) between two transitions,
     and the rows of the transitions made are written."""
-    model = rnshmc.models.EllipticPDE(n=10, element="Q1", n_modes=6, rng=0)
+    model = rnshmc.models.EllipticPDE(n=10, element="Q1", n_modes=6, rng=rng_seed(0))
     chain = stoppable_chain(kind, as_ctarget(model, model.dim))
     n_iter = 200000  # tens of seconds
     samples, records = np.full((n_iter, model.dim), np.nan), np.zeros(n_iter, TRANSITION)
@@ -198,7 +199,7 @@ def test_ctrl_c_stops_both_chains_alike(kind):
     timer.start()
     try:
         with pytest.raises(KeyboardInterrupt) as raised:
-            chain.run(np.random.default_rng(0), n_iter, 1, False, samples, records,
+            chain.run(np.random.default_rng(rng_seed(0)), n_iter, 1, False, samples, records,
                       proposals=proposals)
     finally:
         timer.cancel()

@@ -9,7 +9,7 @@ import rnshmc
 from rnshmc import demos, papers
 from rnshmc.__main__ import build_parser, main
 from rnshmc.experiments import find_mode
-from testkit import correlated_gaussian
+from testkit import correlated_gaussian, rng_seed
 
 ROWS = ["HMC", "RMHMC", "RNS-HMC (papers)", "RNS-HMC (rnshmc)", "RNS-HMC (rnshmc, DA)",
         "RNS-RMHMC (papers)", "RNS-RMHMC (rnshmc)"]
@@ -116,7 +116,7 @@ def test_load_pde_finds_the_authors_problem(shared_data, monkeypatch):
 
 
 def test_the_pde_demo_runs_the_tables_settings():
-    model = rnshmc.models.EllipticPDE(n=12, rng=0)
+    model = rnshmc.models.EllipticPDE(n=12, rng=rng_seed(0))
     table = papers.table1_samplers(model, "pde")
     for quick, n_hidden in ((False, papers.SETTINGS["pde"]["n_hidden"]), (True, 200)):
         demo = demos.pde_samplers(model, quick)
@@ -147,9 +147,9 @@ def test_l2hmc_toy_energies_build(key):
     make = (papers.L2HMC_MIXTURE["model"] if key == "mixture"
             else papers.L2HMC_TARGETS[key][1])
     model = make()
-    sampler = papers.l2hmc(model).initialize(0)
+    sampler = papers.l2hmc(model).initialize(rng_seed(0))
     assert sampler.n_steps == papers.L2HMC_SETTINGS["n_steps"]
-    result = sampler.sample(20, tune=0, rng=0, progress=False)
+    result = sampler.sample(20, tune=0, rng=rng_seed(0), progress=False)
     assert result.samples.shape == (4, 20, model.dim) and np.all(np.isfinite(result.samples))
 
 
@@ -160,7 +160,7 @@ def test_training_points_count_the_fit_in_use():
     options = papers.merged(papers.PAPERS_ALGORITHM, explore=dict(n_steps=8),
                             surrogate=dict(n_train=60))
     res = rnshmc.ARNSHMC(model, n_hidden=15, step_size=0.3, **options).sample(
-        300, tune=100, chains=2, rng=0, progress=False)
+        300, tune=100, chains=2, rng=rng_seed(0), progress=False)
     points = papers.training_points(res)
     assert points.shape == res.online_added.shape == (2, 300)
     first_fit = res.n_train - res.n_online_points

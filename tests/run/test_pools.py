@@ -11,7 +11,7 @@ import pytest
 
 import rnshmc
 from rnshmc.samplers._execution import chain_pool
-from testkit import loopback_dask_client
+from testkit import loopback_dask_client, rng_seed
 
 CORES = os.cpu_count() or 1
 MODULE = '''
@@ -87,7 +87,7 @@ def test_chains_on_pool_threads_limit_their_openmp_threads():
 
     target = rnshmc.Target(logp, grad_logp=lambda q: -q, dim=2)
     with ThreadPoolExecutor(2) as pool:
-        rnshmc.HMC(target, step_size=0.5, n_steps=2).sample(5, tune=0, chains=2, rng=0,
+        rnshmc.HMC(target, step_size=0.5, n_steps=2).sample(5, tune=0, chains=2, rng=rng_seed(0),
                                                             progress=False, pool=pool)
     assert seen and all(n == [CORES // 2] * len(n) for n in seen.values()), seen
 
@@ -96,7 +96,7 @@ def test_default_parallel_chains_equal_serial_chains():
     model = rnshmc.models.Gaussian(np.array([1.0, -1.0, 0.5]),
                                    covariance=np.diag([1.0, 2.0, 0.5]))
     for sampler in (rnshmc.HMC(model, n_steps=5), rnshmc.RNSHMC(model, n_hidden=50)):
-        kwargs = dict(draws=200, tune=100, chains=3, rng=2, progress=False)
+        kwargs = dict(draws=200, tune=100, chains=3, rng=rng_seed(2), progress=False)
         serial = sampler.sample(**kwargs, pool=None)
         parallel = sampler.sample(**kwargs)
         np.testing.assert_array_equal(parallel.samples, serial.samples)
@@ -104,7 +104,7 @@ def test_default_parallel_chains_equal_serial_chains():
 
 def test_python_callables_from_a_module_run_in_processes_by_default(module_target):
     hmc = rnshmc.HMC(module_target, step_size=0.3, n_steps=5)
-    kwargs = dict(draws=100, tune=0, chains=2, rng=5, progress=False)
+    kwargs = dict(draws=100, tune=0, chains=2, rng=rng_seed(5), progress=False)
     np.testing.assert_array_equal(hmc.sample(**kwargs).samples,
                                   hmc.sample(**kwargs, pool=None).samples)
 
@@ -120,7 +120,7 @@ def test_bad_pool_is_refused():
 def test_progress_bars_under_a_thread_pool(capsys):
     model = rnshmc.models.Gaussian(np.zeros(2), covariance=np.eye(2))
     with ThreadPoolExecutor(2) as pool:
-        rnshmc.HMC(model, n_steps=3).sample(200, tune=50, chains=2, rng=0, pool=pool)
+        rnshmc.HMC(model, n_steps=3).sample(200, tune=50, chains=2, rng=rng_seed(0), pool=pool)
     err = capsys.readouterr().err
     assert "HMC chain 0" in err and "HMC chain 1" in err
 
@@ -145,7 +145,7 @@ def test_dask_cluster_is_on_loopback(dask_client):
 def test_dask_chains_equal_serial_chains(dask_client):
     model = rnshmc.models.Gaussian(np.array([1.0, -1.0, 0.5]),
                                    covariance=np.diag([1.0, 2.0, 0.5]))
-    kwargs = dict(draws=200, tune=100, chains=3, rng=7, progress=False)
+    kwargs = dict(draws=200, tune=100, chains=3, rng=rng_seed(7), progress=False)
     for sampler in (rnshmc.HMC(model, n_steps=5),
                     rnshmc.RNSHMC(model, n_hidden=50, share_surrogate=True)):
         serial = sampler.sample(**kwargs, pool=None)
@@ -159,7 +159,7 @@ def test_dask_tasks_are_not_pure(dask_client):
     """The same state submitted twice is run twice (pure=False), not looked up."""
     model = rnshmc.models.Gaussian(np.zeros(2), covariance=np.eye(2))
     hmc = rnshmc.HMC(model, n_steps=3)
-    states = hmc.init_states(draws=20, tune=10, chains=2, rng=0)
+    states = hmc.init_states(draws=20, tune=10, chains=2, rng=rng_seed(0))
     first = hmc.run_states([s.copy() for s in states], progress=False, pool=dask_client)
     second = hmc.run_states([s.copy() for s in states], progress=False, pool=dask_client)
     assert all(a.done and b.done for a, b in zip(first, second))
@@ -174,6 +174,7 @@ def test_a_failing_model_on_dask_raises_with_the_states(dask_client, module_targ
     target = rnshmc.Target(bad_logp, grad_logp=bad_logp, dim=2)
     hmc = rnshmc.HMC(target, step_size=0.1, n_steps=3)
     with pytest.raises(ArithmeticError, match="solver failed") as raised:
-        hmc.run_states(hmc.init_states(draws=10, tune=10, chains=2, rng=0), progress=False,
+        hmc.run_states(hmc.init_states(draws=10, tune=10, chains=2, rng=rng_seed(0)),
+                       progress=False,
                        pool=dask_client)
     assert len(raised.value.states) == 2

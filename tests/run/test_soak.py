@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 import rnshmc
+from testkit import rng_seed
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not sys.platform.startswith("linux"),
@@ -46,7 +47,7 @@ def model():
 def warm(make):
     """Segments that start from the earlier result (its adapted settings and surrogate)."""
     sampler = make(model())
-    result = sampler.sample(draws=SEGMENT, chains=1, rng=0, progress=False)
+    result = sampler.sample(draws=SEGMENT, chains=1, rng=rng_seed(0), progress=False)
     yield result
     for k in range(1, SEGMENTS):
         result = sampler.sample(draws=SEGMENT, chains=1, rng=k, progress=False, init=result)
@@ -67,7 +68,7 @@ def from_last_draw(make, tune=200):
 
 def trained_l2hmc(target):
     sampler = rnshmc.L2HMC(target, n_steps=3, step_size=0.5)
-    sampler.train(n_iterations=200, chains=20, rng=0, progress=False)
+    sampler.train(n_iterations=200, chains=20, rng=rng_seed(0), progress=False)
     return sampler
 
 

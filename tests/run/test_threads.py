@@ -12,6 +12,7 @@ import pytest
 
 import rnshmc
 from rnshmc.models import EllipticPDE, Gaussian, LogisticRegression
+from testkit import rng_seed
 
 
 def run_in_threads(functions):
@@ -38,15 +39,15 @@ def run_in_threads(functions):
 
 
 def models():
-    X, y, _ = rnshmc.datasets.simulated_logistic(n=3000, dim=6, rng=0)
-    Q = np.random.default_rng(1).standard_normal((400, 3))
-    surrogate = rnshmc.RandomNetworkSurrogate(3, 200, rng=0, whiten=True).fit(
+    X, y, _ = rnshmc.datasets.simulated_logistic(n=3000, dim=6, rng=rng_seed(0))
+    Q = np.random.default_rng(rng_seed(1)).standard_normal((400, 3))
+    surrogate = rnshmc.RandomNetworkSurrogate(3, 200, rng=rng_seed(0), whiten=True).fit(
         Q, 0.5 * np.sum(Q ** 2, axis=1), Q)
     return {
         "gaussian": (Gaussian(np.zeros(4), np.diag([1.0, 2.0, 3.0, 4.0])), 0.5),
         "logistic": (LogisticRegression(X, y, n_threads=1), 0.05),
         "logistic-openmp": (LogisticRegression(X, y), 0.05),
-        "pde": (EllipticPDE(n=8, n_modes=4, rng=0), 0.2),
+        "pde": (EllipticPDE(n=8, n_modes=4, rng=rng_seed(0)), 0.2),
         "surrogate": (surrogate, 0.5),
     }
 
@@ -66,7 +67,7 @@ def test_two_samplers_on_one_model_equal_serial(shared_model):
                                   init=np.full(model.dim, 0.1))
 
     serial = [run(seed)() for seed in (1, 2)]
-    points = np.random.default_rng(3).standard_normal((200, model.dim)) * 0.3
+    points = np.random.default_rng(rng_seed(3)).standard_normal((200, model.dim)) * 0.3
     expected = [model.log_density(q) for q in points]
     # two samplers and the user's own calls of the model, all at once
     threaded = run_in_threads([run(1), run(2), lambda: [model.log_density(q) for q in points]])

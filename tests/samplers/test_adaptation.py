@@ -15,7 +15,7 @@ from rnshmc.adaptation import (WarmupSchedule, initial_step_size, regularized_va
                                trajectory_length_for_min_ess,
                                terminal_buffer)
 
-from testkit import gaussian_target, harmonic_target, hmc_sample, make_chain, run_chain
+from testkit import gaussian_target, harmonic_target, hmc_sample, make_chain, run_chain, rng_seed
 
 SEEDS = [0, 1, 2]
 # more seeds for the statistical tests, in the slow suite (pytest -m slow)
@@ -92,7 +92,7 @@ def test_dual_averaging_matches_hoffman_gelman_recursion(jitter):
     eps0, delta = 2.0, 0.8
     chain = adapting_chain(eps0, delta)
     assert chain.step_size == eps0
-    out = run_chain(chain, np.random.default_rng(1), 3000, None, 5, jitter=jitter,
+    out = run_chain(chain, np.random.default_rng(rng_seed(1)), 3000, None, 5, jitter=jitter,
                     adapt_step_size=True)
     accept_prob = out["accept_prob"]
     assert 0.05 < accept_prob.mean() < 0.99 and accept_prob.std() > 0.05  # a real test
@@ -109,7 +109,7 @@ def test_dual_averaging_restart():
     """restart_step_size_adaptation forgets everything but the new starting point: the next
     run matches a fresh reference started there; without adaptation the step size stays."""
     chain = adapting_chain(2.0, 0.8)
-    run_chain(chain, np.random.default_rng(2), 300, None, 5, adapt_step_size=True)
+    run_chain(chain, np.random.default_rng(rng_seed(2)), 300, None, 5, adapt_step_size=True)
     chain.restart_step_size_adaptation(0.3, 0.9)
     assert chain.step_size == 0.3
     assert chain.final_step_size == pytest.approx(0.3)
@@ -117,14 +117,14 @@ def test_dual_averaging_restart():
     assert da["mu"] == pytest.approx(math.log(3.0))
     assert (da["count"], da["error_sum"], da["log_step_bar"]) == (0, 0.0, 0.0)
     assert da["target_accept"] == 0.9
-    out = run_chain(chain, np.random.default_rng(3), 500, None, 5, adapt_step_size=True)
+    out = run_chain(chain, np.random.default_rng(rng_seed(3)), 500, None, 5, adapt_step_size=True)
     steps, reference = replay(out, 0.3, 0.9)
     assert out["step_size"][0] == 0.3
     np.testing.assert_allclose(out["step_size"][1:], steps[:-1], rtol=1e-12)
     assert chain.final_step_size == pytest.approx(reference.final_step_size, rel=1e-10)
     # not adapting: the step size is left as it is
     chain.step_size = 0.2
-    out = run_chain(chain, np.random.default_rng(4), 50, None, 5)
+    out = run_chain(chain, np.random.default_rng(rng_seed(4)), 50, None, 5)
     assert np.all(out["step_size"] == 0.2) and chain.step_size == 0.2
     with pytest.raises(ValueError):
         chain.restart_step_size_adaptation(1.0, 1.0)
@@ -136,8 +136,8 @@ def test_adaptation_state_survives_get_state_set_state():
     flags = dict(adapt_step_size=True, accumulate_variance=True)
     whole = adapting_chain(1.5, 0.8)
     first = adapting_chain(1.5, 0.8)
-    a = run_chain(whole, np.random.default_rng(5), 400, None, 4, jitter=True, **flags)
-    generator = np.random.default_rng(5)
+    a = run_chain(whole, np.random.default_rng(rng_seed(5)), 400, None, 4, jitter=True, **flags)
+    generator = np.random.default_rng(rng_seed(5))
     b1 = run_chain(first, generator, 200, None, 4, jitter=True, **flags)
     second = adapting_chain(None, None)
     second.set_state(first.get_state())
@@ -288,7 +288,7 @@ def test_running_variance_and_regularisation():
     sd = np.array([1.0, 10.0, 0.01])
     chain = make_chain(gaussian_target(np.full(3, 5.0), np.diag(1 / sd ** 2)), 3, sd ** 2)
     chain.set_position(np.full(3, 5.0) + sd)
-    generator = np.random.default_rng(0)
+    generator = np.random.default_rng(rng_seed(0))
     not_kept = run_chain(chain, generator, 10, 0.7, 4, jitter=True)
     assert chain.get_state()["variance_count"] == 0          # not accumulating
     a = run_chain(chain, generator, 30, 0.7, 4, jitter=True, accumulate_variance=True)
@@ -317,13 +317,13 @@ def test_running_variance_and_regularisation():
 def test_initial_step_size_heuristic():
     chain = make_chain(harmonic_target(3), 3)
     chain.set_position(np.ones(3))
-    step = initial_step_size(chain, np.random.default_rng(0))
+    step = initial_step_size(chain, np.random.default_rng(rng_seed(0)))
     assert 0.1 < step < 4.0
     # a flat density never lowers the acceptance: the heuristic gives up
     flat = make_chain(Target(lambda q: 0.0, grad_logp=np.zeros_like, dim=2), 2)
     flat.set_position(np.zeros(2))
     with pytest.raises(RuntimeError, match="step size"):
-        initial_step_size(flat, np.random.default_rng(0))
+        initial_step_size(flat, np.random.default_rng(rng_seed(0)))
 
 
 # ============================================================================================
@@ -341,7 +341,8 @@ def test_dual_averaging_reaches_target_accept(target_accept, jitter):
     target = gaussian_target(np.ones(d), np.diag(1 / sd ** 2))
     results = {}
     for ta in sorted({target_accept, 0.6}):
-        results[ta] = hmc_sample(target, draws=1000, tune=1000, chains=2, rng=21, n_steps=10,
+        results[ta] = hmc_sample(target, draws=1000, tune=1000, chains=2, rng=rng_seed(21),
+                                 n_steps=10,
                                  jitter=jitter, target_accept=ta, adapt_mass_matrix=False)
     res = results[target_accept]
     assert abs(res.accept_prob.mean() - target_accept) < 0.1
@@ -351,7 +352,8 @@ def test_dual_averaging_reaches_target_accept(target_accept, jitter):
 
 @pytest.mark.parametrize("tune", [10, 15, 19])
 def test_short_tune_gives_a_usable_step_size(tune):
-    res = hmc_sample(gaussian_target(np.zeros(5), np.eye(5)), draws=300, tune=tune, chains=4, rng=1)
+    res = hmc_sample(gaussian_target(np.zeros(5), np.eye(5)), draws=300, tune=tune, chains=4,
+                     rng=rng_seed(1))
     assert np.all(res.acceptance_rate > 0.3), res.acceptance_rate
 
 
@@ -399,7 +401,7 @@ def test_trajectory_length_closed_form_without_jitter():
 
 def test_trajectory_length_is_invariant_to_preconditioning():
     """With M^-1 = Sigma every direction is a unit one: the answer of the unit Gaussian."""
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(rng_seed(0))
     A = rng.standard_normal((4, 4))
     cov = A @ A.T + 0.5 * np.eye(4)
     for jitter in (False, True):

@@ -7,7 +7,7 @@ from scipy import special, stats
 import rnshmc
 
 from testkit import (check_deprecated_spelling, correlated_gaussian, log_gamma_target,
-                     mean_within_mcse)
+                     mean_within_mcse, rng_seed)
 
 # a deliberately poor initial surrogate (as in test_rns.py): 15 units fitted to 60 states
 # (8 leapfrog steps in exploration); trust=False: the surrogate stays the poor one (no refit,
@@ -57,9 +57,10 @@ def test_exact_on_a_skewed_target(seed):
 @pytest.mark.filterwarnings("ignore:.*under a third of the exploration")
 def test_frozen_adaptation_reproduces_rns_hmc():
     model, _, _ = correlated_gaussian()
-    rns = rnshmc.RNSHMC(model, **POOR).sample(500, tune=300, chains=2, rng=7, progress=False)
+    rns = rnshmc.RNSHMC(model, **POOR).sample(500, tune=300, chains=2, rng=rng_seed(7),
+                                              progress=False)
     frozen = rnshmc.ARNSHMC(model, freeze_after=0, **POOR).sample(500, tune=300, chains=2,
-                                                                  rng=7, progress=False)
+                                                                  rng=rng_seed(7), progress=False)
     np.testing.assert_array_equal(frozen.samples, rns.samples)
     assert np.all(frozen.n_installs == 0) and np.all(frozen.n_online_points == 0)
 
@@ -67,12 +68,14 @@ def test_frozen_adaptation_reproduces_rns_hmc():
 @pytest.mark.filterwarnings("ignore:.*under a third of the exploration")
 def test_installs_vanish_and_stop_when_frozen():
     model, _, _ = correlated_gaussian()
-    res = rnshmc.ARNSHMC(model, **POOR).sample(4000, tune=300, chains=1, rng=3, progress=False)
+    res = rnshmc.ARNSHMC(model, **POOR).sample(4000, tune=300, chains=1, rng=rng_seed(3),
+                                               progress=False)
     installed = res.installed[0]
     expected = np.sum(1 / np.sqrt(np.arange(1, 4001)))  # ~125
     assert 0.6 * expected < installed.sum() < 1.4 * expected
     assert installed[:400].sum() > installed[-400:].sum()  # vanishing
-    frozen = rnshmc.ARNSHMC(model, freeze_after=100, **POOR).sample(1000, tune=300, chains=1, rng=3,
+    frozen = rnshmc.ARNSHMC(model, freeze_after=100, **POOR).sample(1000, tune=300, chains=1,
+                                                                    rng=rng_seed(3),
                                                                     progress=False)
     assert frozen.installed[0, :100].any() and not frozen.installed[0, 100:].any()
     # nothing learnt after the freeze
@@ -84,15 +87,23 @@ def test_installs_vanish_and_stop_when_frozen():
 
 
 @pytest.mark.filterwarnings("ignore:.*under a third of the exploration")
-@pytest.mark.parametrize("seed", [0, 1])
-def test_learning_raises_acceptance_over_a_poor_start(seed):
-    # with 15 units the late acceptance rose by 0.14-0.28 over seeds 0-4 (0.42-0.53 -> 0.56-0.77);
-    # with 40 units RNS-HMC is already at 0.79-0.90 and the margin (0.02-0.14) is no test
+def test_learning_raises_acceptance_over_a_poor_start():
+    """Over 12 seeds, ARNS-HMC's late acceptance exceeds RNS-HMC's from the same poor start,
+    by more than 0.05 on average and by more than three standard errors of the mean rise
+    (from its spread over the seeds). One seed is no test: the rise depends on how poor that
+    seed's fit is (0.03-0.41 over seeds 0-39 with 15 units; with 40 units RNS-HMC is already at
+    0.79-0.90 and the rise is no test)."""
     model, _, _ = correlated_gaussian()
-    rns = rnshmc.RNSHMC(model, **POOR).sample(3000, tune=300, chains=1, rng=seed, progress=False)
-    arns = rnshmc.ARNSHMC(model, **POOR).sample(3000, tune=300, chains=1, rng=seed, progress=False)
     late = slice(1500, 3000)
-    assert arns.accepted[0, late].mean() > rns.accepted[0, late].mean() + 0.05
+    rises = []
+    for seed in map(rng_seed, range(12)):
+        kwargs = dict(draws=3000, tune=300, chains=1, rng=seed, progress=False)
+        rns = rnshmc.RNSHMC(model, **POOR).sample(**kwargs)
+        arns = rnshmc.ARNSHMC(model, **POOR).sample(**kwargs)
+        rises.append(arns.accepted[0, late].mean() - rns.accepted[0, late].mean())
+    rises = np.array(rises)
+    standard_error = rises.std(ddof=1) / np.sqrt(rises.size)
+    assert rises.mean() > max(0.05, 3 * standard_error), np.round(rises, 3)
 
 
 @pytest.mark.filterwarnings("ignore:.*under a third of the exploration")
@@ -103,7 +114,8 @@ def test_online_points_are_the_evaluated_proposals_or_the_accepted_states():
     kwargs = dict(POOR, n_hidden=40, share_surrogate=False)  # (a shared estimator's last
     # points wait for a join that a run's end does not need)
     res = {points: rnshmc.ARNSHMC(model, online_points=points, **kwargs).sample(
-        1000, tune=300, chains=1, rng=2, progress=False) for points in ("accepted", "proposals")}
+        1000, tune=300, chains=1, rng=rng_seed(2), progress=False) for points in ("accepted",
+                                                                                  "proposals")}
     accepted = res["accepted"]
     np.testing.assert_array_equal(accepted.online_added, accepted.accepted)
     assert accepted.n_online_points[0] == accepted.accepted.sum()
@@ -130,11 +142,12 @@ def test_thread_and_process_pools_give_the_serial_draws():
     from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
     model = rnshmc.models.Gaussian(np.zeros(3), covariance=np.eye(3))
     sampler = rnshmc.ARNSHMC(model, n_hidden=30, explore=dict(n_steps=5))
-    serial = sampler.sample(300, tune=200, chains=2, rng=1, progress=False)
+    serial = sampler.sample(300, tune=200, chains=2, rng=rng_seed(1), progress=False)
     assert np.all(serial.n_installs > 0)
     for executor in (ThreadPoolExecutor, ProcessPoolExecutor):
         with executor(2) as pool:
-            pooled = sampler.sample(300, tune=200, chains=2, rng=1, progress=False, pool=pool)
+            pooled = sampler.sample(300, tune=200, chains=2, rng=rng_seed(1), progress=False,
+                                    pool=pool)
         np.testing.assert_array_equal(pooled.samples, serial.samples)
         np.testing.assert_array_equal(pooled.installed, serial.installed)
 
@@ -148,7 +161,7 @@ def test_after_every_install_the_chain_caches_the_new_surrogate(share):
     model, _, _ = correlated_gaussian()
     sampler = rnshmc.ARNSHMC(model, n_hidden=15, adaptation_rate=lambda t: 1.0, trust=False,
                              share_surrogate=share, surrogate=dict(n_train=60))
-    states = sampler.init_states(draws=60, tune=100, chains=2, rng=0)
+    states = sampler.init_states(draws=60, tune=100, chains=2, rng=rng_seed(0))
     checked = 0
     while not all(s.done for s in states):
         states = sampler.run_states(states, progress=False, stop_after=7)
@@ -182,7 +195,7 @@ def test_deprecated_names_warn_and_give_the_same_draws():
     old_result, new_result = check_deprecated_spelling(
         lambda: rnshmc.ARNSHMC(model, **online, **old),
         lambda: rnshmc.ARNSHMC(model, **online, **new), spellings,
-        dict(draws=300, tune=150, chains=2, rng=5), dict(tune=999))
+        dict(draws=300, tune=150, chains=2, rng=rng_seed(5)), dict(tune=999))
     np.testing.assert_array_equal(old_result.installed, new_result.installed)
     np.testing.assert_array_equal(old_result.online_added, new_result.online_added)
     assert np.all(new_result.n_installs > 0) and not new_result.installed[:, 200:].any()

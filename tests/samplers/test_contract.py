@@ -11,6 +11,7 @@ import pytest
 
 import rnshmc
 from rnshmc.samplers.checkpoint import Checkpointer
+from testkit import rng_seed
 
 MEAN = np.array([0.5, -0.3, 0.2])
 COVARIANCE = np.array([[1.0, 0.3, 0.0], [0.3, 0.5, 0.1], [0.0, 0.1, 0.8]])
@@ -21,13 +22,13 @@ def gaussian():
 
 
 def logistic():
-    X, y, _ = rnshmc.datasets.simulated_logistic(n=300, dim=3, rng=0)
+    X, y, _ = rnshmc.datasets.simulated_logistic(n=300, dim=3, rng=rng_seed(0))
     return rnshmc.models.LogisticRegression(X, y)
 
 
 def trained_l2hmc(model):
     l2 = rnshmc.L2HMC(model, n_steps=3, n_hidden=5, step_size=0.3)
-    return l2.train(10, chains=10, rng=0, progress=False)
+    return l2.train(10, chains=10, rng=rng_seed(0), progress=False)
 
 
 # name -> (model, sampler of a model, sample() lengths): every sampler, small and fast
@@ -58,7 +59,7 @@ def quiet(function, *args, **kwargs):
 def run(name, **options):
     model, make, lengths = SAMPLERS[name]
     sampler = make(model())
-    return quiet(sampler.sample, chains=2, rng=11, progress=False, **lengths, **options)
+    return quiet(sampler.sample, chains=2, rng=rng_seed(11), progress=False, **lengths, **options)
 
 
 def assert_same(a, b):
@@ -94,7 +95,7 @@ def test_stopped_and_resumed_equals_uninterrupted(name, where, tmp_path):
     model, make, lengths = SAMPLERS[name]
     sampler = make(model())
     full = run(name, pool=None)
-    kwargs = dict(chains=2, rng=11, **lengths)
+    kwargs = dict(chains=2, rng=rng_seed(11), **lengths)
     states = sampler.init_states(**kwargs)
     before = sum(n for phase, n in states[0].phases if phase != "sampling")
     stop = before // 2 + 1 if where == "before sampling" else before + lengths["draws"] // 2
@@ -141,10 +142,10 @@ def test_ctrl_c_returns_what_was_drawn(name):
     counting = Interrupting(gaussian(), at=10 ** 9)
     sampler = make(counting)
     before = counting.calls  # (L2HMC's training calls it too)
-    quiet(sampler.sample, chains=1, rng=3, progress=False, pool=None, **lengths)
+    quiet(sampler.sample, chains=1, rng=rng_seed(3), progress=False, pool=None, **lengths)
     calls = counting.calls - before  # one chain's evaluations; interrupt three quarters in
     counting.calls, counting.at = 0, int(0.75 * calls)
-    result = quiet(sampler.sample, chains=1, rng=3, progress=False, pool=None, **lengths)
+    result = quiet(sampler.sample, chains=1, rng=rng_seed(3), progress=False, pool=None, **lengths)
     assert result.interrupted
     assert 0 < result.samples.shape[1] < lengths["draws"]
     assert np.all(np.isfinite(result.samples))
@@ -168,7 +169,7 @@ def test_bad_input_gives_a_clear_error(name):
     if name in ("RMHMC", "RNSRMHMC"):
         return  # (their metrics are the logistic model's; the NaN model has none)
     if name == "L2HMC":
-        nan_sampler = rnshmc.L2HMC(nan_model, n_steps=2, n_hidden=3).initialize(0)
+        nan_sampler = rnshmc.L2HMC(nan_model, n_steps=2, n_hidden=3).initialize(rng_seed(0))
     else:
         nan_sampler = make(nan_model)
     with pytest.raises(ValueError, match="not finite|non-finite|NaN"):

@@ -10,7 +10,7 @@ import pytest
 import rnshmc
 from rnshmc.adaptation import RepeatedWarmup, WarmupSchedule, terminal_buffer
 from rnshmc.samplers._phases import ExplorationCheck
-from testkit import check_mean, correlated_gaussian
+from testkit import check_mean, correlated_gaussian, rng_seed
 
 
 def banana(dim=8, bend=1.5):
@@ -71,7 +71,8 @@ def test_the_exploration_stops_earlier_on_an_easy_target_than_on_a_hard_one(seed
 
 
 def test_a_given_tune_explores_that_long_without_checks():
-    res = rnshmc.RNSHMC(banana(), n_hidden=300).sample(100, tune=60, rng=0, progress=False,
+    res = rnshmc.RNSHMC(banana(), n_hidden=300).sample(100, tune=60, rng=rng_seed(0),
+                                                       progress=False,
                                                        pool=None)
     assert "exploration" not in res
     assert res.n_density_evals_explore.min() > 0
@@ -83,7 +84,7 @@ def test_a_run_stopped_inside_the_rounds_resumes_exactly(steps, tmp_path):
     from rnshmc.samplers.checkpoint import Checkpointer
     model = rnshmc.models.Gaussian(np.zeros(6), covariance=np.eye(6) + 0.8)
     sampler = rnshmc.RNSHMC(model, n_hidden=4)  # (too few units: every check fails)
-    kwargs = dict(draws=100, chains=2, rng=8)
+    kwargs = dict(draws=100, chains=2, rng=rng_seed(8))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         full = sampler.sample(**kwargs, progress=False, pool=None)
@@ -104,7 +105,7 @@ def test_a_run_stopped_inside_the_rounds_resumes_exactly(steps, tmp_path):
 
 def test_the_sampling_kernel_comes_from_the_pooled_exploration():
     model, _, cov = correlated_gaussian()
-    res = rnshmc.RNSHMC(model, n_hidden=300).sample(200, rng=3, progress=False)
+    res = rnshmc.RNSHMC(model, n_hidden=300).sample(200, rng=rng_seed(3), progress=False)
     inverse_mass = np.asarray(res.inverse_mass_matrix)
     # one pooled estimate for the chains sharing the surrogate, near the posterior variances
     np.testing.assert_array_equal(inverse_mass, np.broadcast_to(inverse_mass[0],
@@ -115,5 +116,5 @@ def test_the_sampling_kernel_comes_from_the_pooled_exploration():
     assert np.all(res.acceptance_rate > 0.6)
     # a given mass matrix is kept
     given = rnshmc.RNSHMC(model, n_hidden=300, explore=dict(
-        inverse_mass_matrix=np.ones(4))).sample(50, tune=60, rng=3, progress=False)
+        inverse_mass_matrix=np.ones(4))).sample(50, tune=60, rng=rng_seed(3), progress=False)
     np.testing.assert_array_equal(np.asarray(given.inverse_mass_matrix), np.ones((4, 4)))

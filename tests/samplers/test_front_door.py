@@ -9,7 +9,7 @@ import rnshmc
 from rnshmc.auto import choose_sampler
 from rnshmc.diagnostics import SamplingWarning
 from rnshmc.targets import without_gradient
-from testkit import check_covariance, check_mean, correlated_gaussian
+from testkit import check_covariance, check_mean, correlated_gaussian, rng_seed
 
 
 class CostlyGaussian(rnshmc.models.Gaussian):
@@ -32,7 +32,8 @@ def test_the_sampler_follows_what_the_model_offers():
     assert "operation counts" in why
     blind, why = choose_sampler(without_gradient(costly_gaussian()[0]))
     assert isinstance(blind, rnshmc.GradientFreeRNSHMC) and "no gradient" in why
-    pde = rnshmc.models.EllipticPDE(n=30, element="Q1", rng=0)  # (a smaller mesh is cheap)
+    pde = rnshmc.models.EllipticPDE(n=30, element="Q1",
+                                    rng=rng_seed(0))  # (a smaller mesh is cheap)
     assert isinstance(choose_sampler(pde)[0], rnshmc.ARNSHMC)
 
 
@@ -79,12 +80,12 @@ class CostlyLogistic(rnshmc.models.LogisticRegression):
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1])
 def test_the_surrogate_path_matches_a_long_reference_on_a_logistic_model(seed):
-    X, y, _ = rnshmc.datasets.simulated_logistic(n=300, dim=4, rng=0)
+    X, y, _ = rnshmc.datasets.simulated_logistic(n=300, dim=4, rng=rng_seed(0))
     model = CostlyLogistic(X, y)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SamplingWarning)
         reference = rnshmc.HMC(rnshmc.models.LogisticRegression(X, y)).sample(
-            20000, tune=1000, chains=4, rng=100, progress=False)
+            20000, tune=1000, chains=4, rng=rng_seed(100), progress=False)
     res = run(model, seed=seed, ess=2000)
     assert res.choice["sampler"] == "ARNS-HMC"
     # the reference's Monte Carlo error is a tenth of the run's: compare with its mean

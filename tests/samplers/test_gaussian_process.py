@@ -11,6 +11,7 @@ import rnshmc
 from rnshmc.gaussian_process import (fitc_log_marginal_likelihood,
                                      full_log_marginal_likelihood)
 from rnshmc.surrogate import surrogate_from_state
+from testkit import rng_seed
 
 
 def data(seed=0, n=40, dim=3):
@@ -112,7 +113,8 @@ def fitc_reference(Q, Z, t, mu, s, l, sn):
 
 def test_fitc_matches_the_papers_formulas():
     Q, t, test = data(3, n=50)
-    gp = rnshmc.GaussianProcessSurrogate(3, whiten=False, sparse=True, n_inducing=9, rng=0,
+    gp = rnshmc.GaussianProcessSurrogate(3, whiten=False, sparse=True, n_inducing=9,
+                                         rng=rng_seed(0),
                                          **HYPER).fit(Q, t)
     Z = gp.centres_
     assert Z.shape == (9, 3) and all(any(np.array_equal(z, q) for q in Q) for z in Z)
@@ -131,7 +133,8 @@ def test_rbf_networks_fitted_by_least_squares_give_the_gp_means():
     Q, t, test = data(4, n=45)
     s, l, sn = HYPER["signal_sd"], HYPER["lengthscale"], HYPER["noise_sd"]
     y = t - t.mean()
-    fitc = rnshmc.GaussianProcessSurrogate(3, whiten=False, sparse=True, n_inducing=10, rng=1,
+    fitc = rnshmc.GaussianProcessSurrogate(3, whiten=False, sparse=True, n_inducing=10,
+                                           rng=rng_seed(1),
                                            **HYPER).fit(Q, t)
     Z = fitc.centres_
     _, _, H, KM, D = fitc_reference(Q, Z, t, t.mean(), s, l, sn)
@@ -156,8 +159,8 @@ def test_rbf_networks_fitted_by_least_squares_give_the_gp_means():
                                      dict(sparse=True, n_inducing=8, optimize_inducing=True)])
 def test_fitted_hyperparameters_raise_the_marginal_likelihood(options):
     Q, t, test = data(5, n=60)
-    gp = rnshmc.GaussianProcessSurrogate(3, rng=0, **options).fit(Q, t)
-    start = rnshmc.GaussianProcessSurrogate(3, rng=0, **options)
+    gp = rnshmc.GaussianProcessSurrogate(3, rng=rng_seed(0), **options).fit(Q, t)
+    start = rnshmc.GaussianProcessSurrogate(3, rng=rng_seed(0), **options)
     # the starting values (:meth:`_initial_hyper`): the targets' sd, the inputs' sds, 1% noise
     X = np.linalg.solve(gp.input_factor_, (Q - gp.input_mean_).T).T
     sd = X.std(axis=0)
@@ -166,13 +169,15 @@ def test_fitted_hyperparameters_raise_the_marginal_likelihood(options):
     initial, _ = gp.log_marginal_likelihood(Q, t, y_sd, lengths, 0.01 * y_sd)
     if options.get("optimize_inducing"):  # moved, to a higher likelihood than when kept
         assert not any(np.array_equal(z, x) for z in gp.centres_ for x in X)
-        kept = rnshmc.GaussianProcessSurrogate(3, rng=0, sparse=True,
+        kept = rnshmc.GaussianProcessSurrogate(3, rng=rng_seed(0), sparse=True,
                                                n_inducing=options["n_inducing"]).fit(Q, t)
         assert gp.log_marginal_likelihood_ > kept.log_marginal_likelihood_
     else:
         assert gp.log_marginal_likelihood_ > initial + 1.0
     assert start.fitted is False
-    assert gp.fit_residual_ < (0.25 if options.get("sparse") else 0.1) * t.std()
+    # (FITC's residual depends on where its inducing points start: 0.05-0.21 of the targets'
+    # sd with 20, 0.13-0.29 with 8, over seeds 0-9; the full GP's 0.001)
+    assert gp.fit_residual_ < (0.4 if options.get("sparse") else 0.1) * t.std()
     truth = 0.5 * np.sum(test ** 2, axis=1) + 0.3 * np.sin(2 * test[:, 0]) + 2.0
     assert np.sqrt(np.mean((gp.predict(test) - truth) ** 2)) < 0.5 * truth.std()
     if options.get("lengthscale") == "shared":
@@ -182,7 +187,7 @@ def test_fitted_hyperparameters_raise_the_marginal_likelihood(options):
 @pytest.mark.parametrize("sparse", [False, True])
 def test_saved_state_predicts_identically(sparse, tmp_path):
     Q, t, test = data(6)
-    gp = rnshmc.GaussianProcessSurrogate(3, sparse=sparse, n_inducing=12, rng=0).fit(Q, t)
+    gp = rnshmc.GaussianProcessSurrogate(3, sparse=sparse, n_inducing=12, rng=rng_seed(0)).fit(Q, t)
     state = gp.get_state()
     assert state["kind"] == "gaussian_process"
     np.savez(tmp_path / "gp.npz", **{k: np.asarray(v, dtype=object) if isinstance(v, list)
@@ -191,7 +196,7 @@ def test_saved_state_predicts_identically(sparse, tmp_path):
     assert isinstance(rebuilt, rnshmc.GaussianProcessSurrogate)
     np.testing.assert_array_equal(rebuilt.predict(test), gp.predict(test))
     np.testing.assert_array_equal(rebuilt.gradient(test[0]), gp.gradient(test[0]))
-    network = rnshmc.RandomNetworkSurrogate(3, n_hidden=20, rng=0).fit(Q, t)
+    network = rnshmc.RandomNetworkSurrogate(3, n_hidden=20, rng=rng_seed(0)).fit(Q, t)
     assert isinstance(surrogate_from_state(network.get_state()), rnshmc.RandomNetworkSurrogate)
     with pytest.raises(ValueError, match="unknown surrogate kind"):
         surrogate_from_state(dict(state, kind="spline"))
@@ -199,8 +204,8 @@ def test_saved_state_predicts_identically(sparse, tmp_path):
 
 def test_refit_like_keeps_the_hyperparameters():
     Q, t, test = data(7)
-    gp = rnshmc.GaussianProcessSurrogate(3, rng=0).fit(Q, t)
-    again = rnshmc.GaussianProcessSurrogate(3, rng=1).fit(Q[:30], t[:30], like=gp)
+    gp = rnshmc.GaussianProcessSurrogate(3, rng=rng_seed(0)).fit(Q, t)
+    again = rnshmc.GaussianProcessSurrogate(3, rng=rng_seed(1)).fit(Q[:30], t[:30], like=gp)
     assert again.signal_sd_ == gp.signal_sd_ and again.optimize_time_ == 0
     np.testing.assert_array_equal(again.lengthscales_, gp.lengthscales_)
     assert again.n_hidden == 30
@@ -229,7 +234,7 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match="finite"):
         gp.fit(Q, np.where(np.arange(len(t)) == 3, np.nan, t))
     with pytest.raises(ValueError, match="like"):
-        gp.fit(Q, t, like=rnshmc.RandomNetworkSurrogate(3, n_hidden=5, rng=0).fit(Q, t))
+        gp.fit(Q, t, like=rnshmc.RandomNetworkSurrogate(3, n_hidden=5, rng=rng_seed(0)).fit(Q, t))
 
 
 # --------------------------------------------------------------------------------------------
@@ -271,7 +276,7 @@ def test_a_gp_surrogate_in_a_dict_and_in_the_other_samplers():
     assert sampler.hidden_units(3) == 30
     assert rnshmc.RNSHMC(model, surrogate=SURROGATES["full GP"]).hidden_units(3) is None
     free = rnshmc.GradientFreeRNSHMC(model, surrogate=rnshmc.GaussianProcessSurrogate(3))
-    res = free.sample(300, tune=300, chains=2, rng=0, progress=False)
+    res = free.sample(300, tune=300, chains=2, rng=rng_seed(0), progress=False)
     assert isinstance(rnshmc.RNSHMC.fitted_surrogates(res)[0], rnshmc.GaussianProcessSurrogate)
     assert res.acceptance_rate.mean() > 0.3
     with pytest.raises(ValueError, match="online"):
@@ -294,7 +299,7 @@ def test_gp_surrogate_runs_checkpoint_resume_and_save(stop, tmp_path):
     model = rnshmc.models.Gaussian(np.arange(3.0), covariance=np.eye(3))
     sampler = rnshmc.RNSHMC(model, surrogate=rnshmc.GaussianProcessSurrogate(
         3, sparse=True, n_inducing=40))
-    kwargs = dict(draws=100, tune=200, chains=2, rng=8)
+    kwargs = dict(draws=100, tune=200, chains=2, rng=rng_seed(8))
     full = sampler.sample(**kwargs, progress=False)
     states = sampler.run_states(sampler.init_states(**kwargs), progress=False, stop_after=stop)
     path = tmp_path / "run.npz"
@@ -303,7 +308,7 @@ def test_gp_surrogate_runs_checkpoint_resume_and_save(stop, tmp_path):
     np.testing.assert_array_equal(resumed.samples, full.samples)
     full.save(tmp_path / "result.npz")
     loaded = rnshmc.load(tmp_path / "result.npz")
-    test = np.random.default_rng(0).standard_normal((5, 3))
+    test = np.random.default_rng(rng_seed(0)).standard_normal((5, 3))
     for a, b in zip(rnshmc.RNSHMC.fitted_surrogates(loaded),
                     rnshmc.RNSHMC.fitted_surrogates(full)):
         assert isinstance(a, rnshmc.GaussianProcessSurrogate)
@@ -312,7 +317,7 @@ def test_gp_surrogate_runs_checkpoint_resume_and_save(stop, tmp_path):
 
 def test_the_front_door_samples_with_a_given_gp_surrogate():
     model = rnshmc.models.Gaussian(np.zeros(2), covariance=np.array([[1.0, 0.6], [0.6, 1.0]]))
-    res = rnshmc.sample(model, ess=300, chains=2, rng=0, progress=False, pool=None,
+    res = rnshmc.sample(model, ess=300, chains=2, rng=rng_seed(0), progress=False, pool=None,
                         surrogate=rnshmc.GaussianProcessSurrogate(2, sparse=True,
                                                                   n_inducing=50))
     assert res.choice["sampler"] == "RNS-HMC" and "surrogate" in res.choice["reason"]
@@ -354,16 +359,17 @@ def test_fitc_on_every_training_point_is_the_full_gp():
     Q, t, test = data(9, n=80)
     Q = np.vstack([Q, Q[:20]])  # repeated states, as in a chain's history
     t = np.concatenate([t, t[:20]])
-    full = rnshmc.GaussianProcessSurrogate(3, rng=0).fit(Q, t)
+    full = rnshmc.GaussianProcessSurrogate(3, rng=rng_seed(0)).fit(Q, t)
     assert full.noise_sd_ < 1e-5 * full.signal_sd_
     fixed = dict(signal_sd=full.signal_sd_, noise_sd=full.noise_sd_,
                  lengthscale=full.lengthscales_)
-    fitc = rnshmc.GaussianProcessSurrogate(3, sparse=True, n_inducing=200, rng=0,
+    fitc = rnshmc.GaussianProcessSurrogate(3, sparse=True, n_inducing=200, rng=rng_seed(0),
                                            **fixed).fit(Q, t)
     assert fitc.n_hidden == 80 and fitc.noise_sd_ == full.noise_sd_  # (not raised)
     # (the two differ only by where the 1e-8 jitter sits: on K_N, or on K_M)
     np.testing.assert_allclose(fitc.predict(test), full.predict(test), rtol=1e-2)
-    searched = rnshmc.GaussianProcessSurrogate(3, sparse=True, n_inducing=200, rng=0).fit(Q, t)
+    searched = rnshmc.GaussianProcessSurrogate(3, sparse=True, n_inducing=200,
+                                               rng=rng_seed(0)).fit(Q, t)
     assert searched.log_marginal_likelihood_ > full.log_marginal_likelihood_ - 1.0
 
 
@@ -374,8 +380,8 @@ def test_repeated_points_count_once_and_fixed_lengthscales_reach_the_samplers():
     Q, t, test = data(10, n=50)
     repeated = np.vstack([Q, Q[:30], Q[:10]])
     values = np.concatenate([t, t[:30], t[:10]])
-    once = rnshmc.GaussianProcessSurrogate(3, rng=0).fit(Q, t)
-    again = rnshmc.GaussianProcessSurrogate(3, rng=0).fit(repeated, values)
+    once = rnshmc.GaussianProcessSurrogate(3, rng=rng_seed(0)).fit(Q, t)
+    again = rnshmc.GaussianProcessSurrogate(3, rng=rng_seed(0)).fit(repeated, values)
     assert again.n_hidden == 50 and again.n_train_ == 90
     np.testing.assert_allclose(again.predict(test), once.predict(test), rtol=1e-6)
     model = rnshmc.models.Gaussian(np.zeros(3), covariance=np.eye(3))

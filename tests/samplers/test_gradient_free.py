@@ -19,7 +19,7 @@ from rnshmc.models import Gaussian
 from rnshmc.targets import without_gradient
 
 from testkit import (check_covariance, check_deprecated_spelling, check_mean, mean_within_mcse,
-                     without_seconds)
+                     rng_seed, without_seconds)
 
 CORRELATED_COV = np.array([[1.0, 0.95], [0.95, 1.0]]) * 4.0
 CORRELATED_MEAN = np.array([1.0, -2.0])
@@ -38,7 +38,7 @@ def correlated_target():
 
 def gaussian_5d():
     """A 5-d Gaussian with a random covariance (condition 30), as the C-level model."""
-    rng = np.random.default_rng(11)
+    rng = np.random.default_rng(rng_seed(11))
     Q, _ = np.linalg.qr(rng.standard_normal((5, 5)))
     cov = (Q * np.geomspace(1.0, 30.0, 5)) @ Q.T
     return Gaussian(rng.normal(0.0, 3.0, 5), covariance=(cov + cov.T) / 2)
@@ -73,7 +73,8 @@ def test_adaptive_metropolis_kernel_learns_the_covariance_and_the_scale():
                             window_ends=[49, 149, 349, 749, 1599, 3199])
     chain.set_position(np.full(2, 5.0))
     samples, records, proposals = np.empty((n, 2)), np.zeros(n, TRANSITION), np.empty((n, 3))
-    chain.run(np.random.default_rng(0), n, 1, False, samples, records, proposals=proposals)
+    chain.run(np.random.default_rng(rng_seed(0)), n, 1, False, samples, records,
+              proposals=proposals)
     assert chain.get_state()["windows_done"] == 6
     # the last window's estimate (states 1600-3199), shrunk a little towards the diagonal
     np.testing.assert_allclose(chain.covariance_matrix, CORRELATED_COV, rtol=0.25)
@@ -101,10 +102,11 @@ def test_kernel_refuses_bad_input_and_stops_on_its_flag():
     chain.set_position(np.zeros(2))
     samples, records = np.empty((10, 2)), np.zeros(10, TRANSITION)
     with pytest.raises(ValueError, match="no gradients"):
-        chain.run(np.random.default_rng(0), 10, 1, False, samples, records, np.empty((10, 2)))
+        chain.run(np.random.default_rng(rng_seed(0)), 10, 1, False, samples, records,
+                  np.empty((10, 2)))
     chain.set_stop_flag(np.ones(1, dtype=np.int32))
     with pytest.raises(StopRequested):
-        chain.run(np.random.default_rng(0), 10, 1, False, samples, records)
+        chain.run(np.random.default_rng(rng_seed(0)), 10, 1, False, samples, records)
     assert chain.completed == 0
 
 
@@ -152,7 +154,7 @@ def test_evaluation_counts_follow_the_formula_and_no_gradient_is_asked_for():
     and one per draw (no trajectory diverged)."""
     tune, draws, chains = 300, 200, 2
     rns = rnshmc.GradientFreeRNSHMC(without_gradient(gaussian_5d()), n_hidden=100)
-    res = quiet_sample(rns, draws=draws, tune=tune, chains=chains, rng=1)
+    res = quiet_sample(rns, draws=draws, tune=tune, chains=chains, rng=rng_seed(1))
     assert not res.diverging.any()
     np.testing.assert_array_equal(res.n_gradient_evals, 0)
     np.testing.assert_array_equal(res.n_density_evals_explore, tune + 2)
@@ -162,14 +164,14 @@ def test_evaluation_counts_follow_the_formula_and_no_gradient_is_asked_for():
     # one fit to the proposals of the chains' explorations but their burn-ins' far-out ones
     assert res.n_train[0] == res.n_train[1] and chains * tune / 2 < res.n_train[0] <= chains * tune
     am = quiet_sample(rnshmc.AdaptiveMetropolis(without_gradient(gaussian_5d())),
-                      draws=draws, tune=tune, chains=chains, rng=1)
+                      draws=draws, tune=tune, chains=chains, rng=rng_seed(1))
     np.testing.assert_array_equal(am.n_density_evals, tune + draws + 1)
     np.testing.assert_array_equal(am.n_gradient_evals, 0)
 
 
 def test_result_describes_the_kernels():
     res = quiet_sample(rnshmc.GradientFreeRNSHMC(correlated_target(), n_hidden=50),
-                       draws=300, tune=400, chains=2, rng=3)
+                       draws=300, tune=400, chains=2, rng=rng_seed(3))
     assert res.samples.shape == (2, 300, 2)
     assert res.inverse_mass_matrix.shape == (2, 2, 2)  # the exploration's covariance (dense)
     np.testing.assert_array_equal(res.inverse_mass_matrix, res.proposal_covariance)
@@ -183,7 +185,7 @@ def test_default_exploration_length_grows_with_the_quadratic_coefficients():
     lengths = [rnshmc.GradientFreeRNSHMC.exploration_length(d) for d in (1, 2, 10, 20, 50)]
     assert lengths == [500, 500, 800, 2800, 16000]
     rns = rnshmc.GradientFreeRNSHMC(correlated_target())
-    state, = rns.init_states(draws=10, rng=0)
+    state, = rns.init_states(draws=10, rng=rng_seed(0))
     assert state.phases[0] == ["exploration", 500]
 
 
@@ -200,7 +202,7 @@ def test_stopped_and_continued_equals_uninterrupted(stops, share, tmp_path):
     stop."""
     rns = rnshmc.GradientFreeRNSHMC(without_gradient(gaussian_5d()), n_hidden=60,
                                     share_surrogate=share)
-    assert_stopped_and_continued(rns, dict(draws=300, tune=400, chains=2, rng=5), stops,
+    assert_stopped_and_continued(rns, dict(draws=300, tune=400, chains=2, rng=rng_seed(5)), stops,
                                  tmp_path)
 
 
@@ -209,7 +211,7 @@ def test_stopped_and_continued_in_the_trust_watch_equals_uninterrupted(stops, tm
     """A useless surrogate (3 units): the watch distrusts it after 50 draws (iteration 450),
     runs the random walk to 650, refits, and so on; stopped at and around those points."""
     rns = rnshmc.GradientFreeRNSHMC(without_gradient(gaussian_5d()), n_hidden=3)
-    assert_stopped_and_continued(rns, dict(draws=600, tune=400, chains=2, rng=5), stops,
+    assert_stopped_and_continued(rns, dict(draws=600, tune=400, chains=2, rng=rng_seed(5)), stops,
                                  tmp_path, refits=True)
 
 
@@ -237,7 +239,7 @@ def assert_stopped_and_continued(rns, kwargs, stops, tmp_path, refits=False):
 def test_checkpointed_run_and_thread_pool_give_the_same_draws(tmp_path):
     model = without_gradient(gaussian_5d())
     rns = rnshmc.GradientFreeRNSHMC(model, n_hidden=60)
-    kwargs = dict(draws=200, tune=300, chains=2, rng=8)
+    kwargs = dict(draws=200, tune=300, chains=2, rng=rng_seed(8))
     full = quiet_sample(rns, **kwargs)
     path = tmp_path / "run.npz"
     assert_same(quiet_sample(rns, checkpoint=path, checkpoint_every=130, **kwargs), full)
@@ -334,7 +336,7 @@ def test_a_poor_surrogate_is_still_exact_and_warned_about():
     rns = rnshmc.GradientFreeRNSHMC(without_gradient(model), n_hidden=10, trust=False)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        res = rns.sample(4000, tune=500, chains=4, rng=2, progress=False)
+        res = rns.sample(4000, tune=500, chains=4, rng=rng_seed(2), progress=False)
     # one warning for all the chains, whose advice is what fixes this fall (200 units:
     # acceptance above 0.6 in test_exact_on_a_5d_gaussian)
     falls = [str(w.message) for w in caught if "under a third" in str(w.message)]
@@ -386,7 +388,7 @@ def test_deprecated_names_warn_and_give_the_same_draws():
     _, result = check_deprecated_spelling(
         lambda: rnshmc.GradientFreeRNSHMC(target, n_hidden=40, **old),
         lambda: rnshmc.GradientFreeRNSHMC(target, n_hidden=40, **new), spellings,
-        dict(draws=200, tune=300, chains=2, rng=3), dict(tune="auto"))
+        dict(draws=200, tune=300, chains=2, rng=rng_seed(3)), dict(tune="auto"))
     # 300 exploration iterations (n_explore's, not tune="auto"'s), each one exact density,
     # and two at the start
     np.testing.assert_array_equal(result.n_density_evals_explore, 300 + 2)

@@ -24,7 +24,7 @@ from rnshmc.models import LogisticRegression
 
 from testkit import (check_covariance, check_mean, dense_inverse_mass, gaussian_problem,
                      gaussian_target, harmonic_target, hmc_sample, log_gamma_statistics,
-                     log_gamma_target, mean_within_mcse)
+                     log_gamma_target, mean_within_mcse, rng_seed)
 
 SEEDS = [0, 1, 2]
 # more seeds for the statistical tests, in the slow suite (pytest -m slow)
@@ -134,25 +134,26 @@ def test_non_gaussian_target_large_step(seed, n_steps, jitter):
 def test_same_seed_same_draws(settings, correlated_target):
     target = correlated_target
     runs = [hmc_sample(target, draws=200, tune=150, chains=2, rng=rng, **settings)
-            for rng in (7, 7, np.random.SeedSequence(7), np.random.SeedSequence(7),
-                        np.random.default_rng(7), np.random.default_rng(7))]
+            for rng in (rng_seed(7), rng_seed(7), np.random.SeedSequence(rng_seed(7)),
+                        np.random.SeedSequence(rng_seed(7)),
+                        np.random.default_rng(rng_seed(7)), np.random.default_rng(rng_seed(7)))]
     for other in runs[1:]:
         assert_same_result(runs[0], other)
 
 
-@pytest.mark.parametrize("numpy_seed,seed", [(np.int64(7), 7), (np.array([7, 8]), [7, 8])],
+@pytest.mark.parametrize("numpy_seed,python_seed", [(np.int64(7), 7), (np.array([7, 8]), [7, 8])],
                          ids=["int64", "int-array"])
-def test_numpy_integer_seeds(numpy_seed, seed, correlated_target):
+def test_numpy_integer_seeds(numpy_seed, python_seed, correlated_target):
     """A NumPy integer (array) seed gives the draws of the same Python int (list) seed."""
-    a = hmc_sample(correlated_target, draws=200, tune=150, chains=2, rng=seed)
+    a = hmc_sample(correlated_target, draws=200, tune=150, chains=2, rng=python_seed)
     b = hmc_sample(correlated_target, draws=200, tune=150, chains=2, rng=numpy_seed)
     assert_same_result(a, b)
 
 
 def test_different_seeds_and_chains_differ(correlated_target):
     target = correlated_target
-    a = hmc_sample(target, draws=100, tune=50, chains=3, rng=1, step_size=0.3)
-    b = hmc_sample(target, draws=100, tune=50, chains=3, rng=2, step_size=0.3)
+    a = hmc_sample(target, draws=100, tune=50, chains=3, rng=rng_seed(1), step_size=0.3)
+    b = hmc_sample(target, draws=100, tune=50, chains=3, rng=rng_seed(2), step_size=0.3)
     assert not np.array_equal(a.samples, b.samples)
     for i in range(3):
         for j in range(i):
@@ -161,7 +162,7 @@ def test_different_seeds_and_chains_differ(correlated_target):
 
 def test_one_generator_used_twice_gives_fresh_streams(correlated_target):
     target = correlated_target
-    rng = np.random.default_rng(3)
+    rng = np.random.default_rng(rng_seed(3))
     a = hmc_sample(target, draws=50, chains=2, rng=rng, step_size=0.3)
     b = hmc_sample(target, draws=50, chains=2, rng=rng, step_size=0.3)
     assert not np.array_equal(a.samples, b.samples)
@@ -170,14 +171,15 @@ def test_one_generator_used_twice_gives_fresh_streams(correlated_target):
 @pytest.mark.parametrize("settings", [dict(), dict(step_size=0.3)], ids=["adapted", "fixed"])
 def test_thread_pool_equals_serial(settings, correlated_target):
     target = correlated_target
-    serial = hmc_sample(target, draws=200, tune=200, chains=3, rng=11, **settings)
+    serial = hmc_sample(target, draws=200, tune=200, chains=3, rng=rng_seed(11), **settings)
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        threaded = hmc_sample(target, draws=200, tune=200, chains=3, rng=11, pool=pool, **settings)
+        threaded = hmc_sample(target, draws=200, tune=200, chains=3, rng=rng_seed(11), pool=pool,
+                              **settings)
     assert_same_result(serial, threaded)
 
 
 def small_logistic_model(n_threads=1):
-    X, y, _ = rnshmc.datasets.simulated_logistic(n=3000, dim=4, rng=5)
+    X, y, _ = rnshmc.datasets.simulated_logistic(n=3000, dim=4, rng=rng_seed(5))
     return LogisticRegression(X, y, n_threads=n_threads)
 
 
@@ -185,18 +187,18 @@ def test_thread_pool_equals_serial_c_target():
     """C-level target: one target shared by every chain (it holds no scratch: each chain owns
     its own) and the C loop runs without the GIL, chains truly in parallel."""
     model = small_logistic_model()
-    serial = hmc_sample(model, draws=150, tune=100, chains=4, rng=3)
+    serial = hmc_sample(model, draws=150, tune=100, chains=4, rng=rng_seed(3))
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        threaded = hmc_sample(model, draws=150, tune=100, chains=4, rng=3, pool=pool)
+        threaded = hmc_sample(model, draws=150, tune=100, chains=4, rng=rng_seed(3), pool=pool)
     assert_same_result(serial, threaded)
 
 
 def test_process_pool_with_picklable_model():
     model = small_logistic_model()
-    serial = hmc_sample(model, draws=50, chains=2, rng=4, step_size=0.05, n_steps=5)
+    serial = hmc_sample(model, draws=50, chains=2, rng=rng_seed(4), step_size=0.05, n_steps=5)
     with concurrent.futures.ProcessPoolExecutor(
             2, mp_context=multiprocessing.get_context("spawn")) as pool:
-        parallel = hmc_sample(model, draws=50, chains=2, rng=4, step_size=0.05, n_steps=5,
+        parallel = hmc_sample(model, draws=50, chains=2, rng=rng_seed(4), step_size=0.05, n_steps=5,
                               pool=pool)
     assert_same_result(serial, parallel)
 
@@ -396,11 +398,11 @@ class BridgeStanLikeGaussian:
 def test_bridgestan_style_object(dim_as_method):
     mean, cov, P = gaussian_problem(1, dim=3)
     model = BridgeStanLikeGaussian(mean, P, dim_as_method)
-    res = hmc_sample(model, draws=800, tune=500, chains=2, rng=9)
+    res = hmc_sample(model, draws=800, tune=500, chains=2, rng=rng_seed(9))
     assert res.samples.shape == (2, 800, 3)
     # the same density written as an rnshmc.Target gives the same draws, bit for bit
     np.testing.assert_array_equal(res.samples, hmc_sample(gaussian_target(mean, P), draws=800,
-                                                          tune=500, chains=2, rng=9).samples)
+                                                          tune=500, chains=2, rng=rng_seed(9)).samples)
     check_mean(res.samples, mean)
 
 
@@ -412,7 +414,7 @@ def test_bridgestan_style_object(dim_as_method):
 def test_result_fields(chains):
     d, draws, L = 3, 400, 6
     target = harmonic_target(d)
-    res = hmc_sample(target, draws=draws, tune=300, chains=chains, rng=2, n_steps=L)
+    res = hmc_sample(target, draws=draws, tune=300, chains=chains, rng=rng_seed(2), n_steps=L)
     assert isinstance(res, rnshmc.SampleResult)
     assert res.sampler == "HMC"
     shapes = dict(samples=(chains, draws, d), log_density=(chains, draws),
@@ -452,19 +454,19 @@ def test_result_fields(chains):
 
 
 def test_jitter_is_uniform():
-    res = hmc_sample(harmonic_target(1), draws=20_000, step_size=0.3, n_steps=5, rng=8)
+    res = hmc_sample(harmonic_target(1), draws=20_000, step_size=0.3, n_steps=5, rng=rng_seed(8))
     counts = np.bincount(res.n_steps.ravel(), minlength=6)[1:]
     assert stats.chisquare(counts).pvalue > 1e-4
 
 
 def test_docstring_example():
     target = rnshmc.Target(lambda q: -0.5 * q @ q, grad_logp=lambda q: -q, dim=2)
-    res = rnshmc.HMC(target, n_steps=5).sample(500, tune=500, rng=0, progress=False)
+    res = rnshmc.HMC(target, n_steps=5).sample(500, tune=500, rng=rng_seed(0), progress=False)
     assert res.samples.shape == (4, 500, 2)
 
 
 def test_result_save_load_round_trip(tmp_path):
-    res = hmc_sample(harmonic_target(2), draws=100, tune=100, chains=2, rng=3)
+    res = hmc_sample(harmonic_target(2), draws=100, tune=100, chains=2, rng=rng_seed(3))
     path = tmp_path / "hmc_result.npz"
     res.save(path)
     loaded = rnshmc.load(path)
@@ -475,7 +477,7 @@ def test_result_save_load_round_trip(tmp_path):
 
 def test_progress_bar_does_not_change_the_draws(capsys):
     target = harmonic_target(2)
-    quiet = HMC(target, n_steps=4).sample(250, tune=120, chains=2, rng=6, progress=False)
-    shown = HMC(target, n_steps=4).sample(250, tune=120, chains=2, rng=6, progress=True)
+    quiet = HMC(target, n_steps=4).sample(250, tune=120, chains=2, rng=rng_seed(6), progress=False)
+    shown = HMC(target, n_steps=4).sample(250, tune=120, chains=2, rng=rng_seed(6), progress=True)
     capsys.readouterr()
     assert_same_result(quiet, shown)

@@ -9,7 +9,7 @@ import pytest
 import rnshmc
 
 from testkit import (check_covariance, check_deprecated_spelling, check_mean,
-                     correlated_gaussian, funnel_target, log_gamma_target, mean_within_mcse)
+                     correlated_gaussian, funnel_target, log_gamma_target, mean_within_mcse, rng_seed)
 
 
 
@@ -43,11 +43,11 @@ def test_power_the_surrogate_alone_is_wrong():
     normalisable, and its chain drifts away by many posterior standard deviations."""
     model, mean, cov = correlated_gaussian()
     sampler = rnshmc.RNSHMC(model, **POOR)
-    fit = sampler.sample(200, tune=400, chains=2, rng=1, progress=False)
+    fit = sampler.sample(200, tune=400, chains=2, rng=rng_seed(1), progress=False)
     sd = np.sqrt(np.diag(cov))
     for sur in rnshmc.RNSHMC.fitted_surrogates(fit):
         res = rnshmc.HMC(sur, step_size=0.3, n_steps=8).sample(
-            5000, tune=200, chains=1, rng=3, init=mean, progress=False)
+            5000, tune=200, chains=1, rng=rng_seed(3), init=mean, progress=False)
         error = np.abs(res.samples[0].mean(axis=0) - mean) / sd
         assert np.max(error) > 5, error
 
@@ -67,11 +67,12 @@ def test_exact_with_a_poor_surrogate_more_seeds(delayed, seed):
 def test_good_surrogate_on_logistic_regression_matches_hmc():
     """On a logistic-regression posterior, RNS-HMC with a good surrogate keeps HMC's acceptance
     and both agree on the posterior mean within Monte Carlo error."""
-    X, y, _ = rnshmc.datasets.simulated_logistic(n=2000, dim=5, rng=0)
+    X, y, _ = rnshmc.datasets.simulated_logistic(n=2000, dim=5, rng=rng_seed(0))
     model = rnshmc.models.LogisticRegression(X, y)
-    hmc = rnshmc.HMC(model, n_steps=8).sample(3000, tune=1000, chains=2, rng=1, progress=False)
+    hmc = rnshmc.HMC(model, n_steps=8).sample(3000, tune=1000, chains=2, rng=rng_seed(1),
+                                              progress=False)
     rns = rnshmc.RNSHMC(model, n_hidden=300, explore=dict(n_steps=8)).sample(
-        3000, tune=1000, chains=2, rng=2, progress=False)
+        3000, tune=1000, chains=2, rng=rng_seed(2), progress=False)
     assert np.all(rns.acceptance_rate > rns.exploration_acceptance_rate - 0.1)
     diff = rns.samples.reshape(-1, 5).mean(0) - hmc.samples.reshape(-1, 5).mean(0)
     se = np.sqrt(rnshmc.diagnostics.mcse_mean(rns.samples) ** 2
@@ -84,7 +85,7 @@ def test_phases_and_counters():
     draws, tune = 500, 300
     sampler = rnshmc.RNSHMC(model, n_hidden=50, step_size=0.3, explore=dict(n_steps=6),
                             surrogate=dict(training_data="states"), share_surrogate=False)
-    res = sampler.sample(draws, tune=tune, chains=2, rng=0, progress=False)
+    res = sampler.sample(draws, tune=tune, chains=2, rng=rng_seed(0), progress=False)
     # exploration: one exact gradient (and density) per leapfrog step, plus the start
     assert np.all(res.n_gradient_evals + 1 == res.n_density_evals_explore)
     assert np.all(res.n_gradient_evals >= tune + 1)
@@ -112,23 +113,30 @@ def test_delayed_acceptance_saves_exact_evaluations():
     of stage-1 acceptances (at least the accepted draws)."""
     model, _, _ = correlated_gaussian()
     res = rnshmc.RNSHMC(model, delayed_acceptance=True, **POOR).sample(
-        3000, tune=400, chains=1, rng=0, progress=False)
+        3000, tune=400, chains=1, rng=rng_seed(0), progress=False)
     evals = res.n_density_evals_sampling[0]
     assert res.accepted.sum() <= evals < 3000
 
 
 def test_training_window_options():
+    """The fit's rows are the exploration's last ``n_train`` states ("states"), or at most
+    the steps of their trajectories ("trajectories": less the diverging ones and the far-out
+    steps, which depend on the trajectory)."""
     model, _, _ = correlated_gaussian()
-    res = rnshmc.RNSHMC(model, n_hidden=30, surrogate=dict(n_train=50), step_size=0.3,
-                        explore=dict(n_steps=1, jitter=False)).sample(100, tune=200, chains=1,
-                                                                     rng=0, progress=False)
+    kwargs = dict(n_hidden=30, step_size=0.3, explore=dict(n_steps=1, jitter=False))
+    draws = dict(chains=1, rng=rng_seed(0), progress=False)
+    res = rnshmc.RNSHMC(model, surrogate=dict(n_train=50, training_data="states"),
+                        **kwargs).sample(100, tune=200, **draws)
     assert res.n_train[0] == 50
     assert res.n_gradient_evals[0] == 200 + 1  # the exploration's gradients, and one to start
+    steps = rnshmc.RNSHMC(model, surrogate=dict(n_train=50), **kwargs).sample(100, tune=200,
+                                                                             **draws)
+    assert 0 < steps.n_train[0] <= 50  # (one step a trajectory)
     with pytest.warns(DeprecationWarning, match=r"sample\(tune=...\)"):
-        old = rnshmc.RNSHMC(model, n_hidden=30, n_explore=200, surrogate=dict(n_train=50),
-                            step_size=0.3, explore=dict(n_steps=1, jitter=False))
-    np.testing.assert_array_equal(old.sample(100, tune=999, chains=1, rng=0,
-                                             progress=False).samples,
+        old = rnshmc.RNSHMC(model, n_explore=200, surrogate=dict(n_train=50,
+                                                                 training_data="states"),
+                            **kwargs)
+    np.testing.assert_array_equal(old.sample(100, tune=999, **draws).samples,
                                   res.samples)  # n_explore overrides tune
     with pytest.raises(ValueError, match="n_train"):
         rnshmc.RNSHMC(model, surrogate=dict(n_train=500)).sample(10, tune=100, progress=False)
@@ -140,10 +148,10 @@ def test_acceptance_collapse_warns_when_unwatched():
     model, _, _ = correlated_gaussian()
     with pytest.warns(RuntimeWarning, match="under a third of the exploration"):
         rnshmc.RNSHMC(model, trust=False, **DISTRUSTED).sample(
-            2000, tune=400, chains=1, rng=1, progress=False)
+            2000, tune=400, chains=1, rng=rng_seed(1), progress=False)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        res = rnshmc.RNSHMC(model, n_hidden=100).sample(1000, tune=400, chains=1, rng=1,
+        res = rnshmc.RNSHMC(model, n_hidden=100).sample(1000, tune=400, chains=1, rng=rng_seed(1),
                                                          progress=False)
     assert res.n_refits[0] == 0 and not res.exact_dynamics.any() and res.trust_events == [[]]
 
@@ -173,7 +181,7 @@ def test_a_distrusted_surrogate_is_refitted_then_replaced_and_said_so():
     sampler = rnshmc.RNSHMC(model, trust=dict(ratio=1.0, max_refits=1, refit_growth=1.0,
                                               refit_iterations=100), **DISTRUSTED)
     with pytest.warns(RuntimeWarning, match="surrogate was poor where the chain went") as caught:
-        res = sampler.sample(1500, tune=400, chains=2, rng=1, progress=False)
+        res = sampler.sample(1500, tune=400, chains=2, rng=rng_seed(1), progress=False)
     assert len(caught) == 2  # one warning per chain
     assert "replaced by exact HMC" in str(caught[0].message)
     for chain, events in enumerate(res.trust_events):
@@ -243,17 +251,17 @@ def test_on_a_funnel_the_watch_keeps_up_with_exact_hmc(name, seed):
 def test_reproducible_and_thread_pool_equals_serial():
     model, _, _ = correlated_gaussian()
     sampler = rnshmc.RNSHMC(model, n_hidden=40, delayed_acceptance=True)
-    a = sampler.sample(300, tune=200, chains=2, rng=7, progress=False)
-    b = sampler.sample(300, tune=200, chains=2, rng=7, progress=False)
+    a = sampler.sample(300, tune=200, chains=2, rng=rng_seed(7), progress=False)
+    b = sampler.sample(300, tune=200, chains=2, rng=rng_seed(7), progress=False)
     with ThreadPoolExecutor(2) as pool:
-        c = sampler.sample(300, tune=200, chains=2, rng=7, progress=False, pool=pool)
+        c = sampler.sample(300, tune=200, chains=2, rng=rng_seed(7), progress=False, pool=pool)
     np.testing.assert_array_equal(a.samples, b.samples)
     np.testing.assert_array_equal(a.samples, c.samples)
 
 
 def test_result_saves_and_loads(tmp_path):
     model, _, _ = correlated_gaussian()
-    res = rnshmc.RNSHMC(model, n_hidden=20).sample(100, tune=100, rng=0, progress=False)
+    res = rnshmc.RNSHMC(model, n_hidden=20).sample(100, tune=100, rng=rng_seed(0), progress=False)
     path = tmp_path / "rns.npz"
     res.save(path)
     back = rnshmc.load(path)
@@ -290,7 +298,7 @@ def test_automatic_trajectory_length():
     of its own; on a correlated Gaussian with L = 2 in exploration it chooses longer
     trajectories and a larger min ESS."""
     model, _, _ = correlated_gaussian()
-    kwargs = dict(draws=2000, tune=300, chains=2, rng=0, progress=False)
+    kwargs = dict(draws=2000, tune=300, chains=2, rng=rng_seed(0), progress=False)
     fixed = rnshmc.RNSHMC(model, n_hidden=60, explore=dict(n_steps=2), n_steps=None).sample(
         **kwargs)  # None: the exploration's L
     res = rnshmc.RNSHMC(model, n_hidden=60, explore=dict(n_steps=2)).sample(**kwargs)  # "auto"
@@ -325,7 +333,7 @@ def test_exploration_shorter_than_the_dimension():
     dim = 30
     target = rnshmc.Target(lambda q: -0.5 * q @ q, lambda q: -q, dim=dim)
     res = rnshmc.RNSHMC(target, n_hidden=50, surrogate=dict(training_data="states")).sample(
-        20, tune=20, chains=1, rng=0, progress=False)
+        20, tune=20, chains=1, rng=rng_seed(0), progress=False)
     assert res.n_train[0] == 16 < dim
     assert 1 <= res.surrogate_n_steps[0] and 1 <= res.exact_n_steps[0]
     with pytest.raises(ValueError, match="positive definite"):
@@ -338,7 +346,7 @@ def test_surrogate_step_cost():
     never gives a longer automatic L with the same exploration, and one priced like an exact
     gradient gives the exact dynamics' L; a negative cost is refused."""
     from rnshmc.surrogate import gradient_flops
-    X, y, _ = rnshmc.datasets.simulated_logistic(n=500, dim=3, rng=0)
+    X, y, _ = rnshmc.datasets.simulated_logistic(n=500, dim=3, rng=rng_seed(0))
     model = rnshmc.models.LogisticRegression(X, y)
     assert model.density_flops == 500 * (2 * 3 + 20)
     sampler = rnshmc.RNSHMC(model, n_hidden=60)
@@ -347,7 +355,7 @@ def test_surrogate_step_cost():
     gaussian, _, _ = correlated_gaussian()
     assert not hasattr(gaussian, "density_flops")
     assert rnshmc.RNSHMC(gaussian).step_cost(2) == 0.0
-    kwargs = dict(draws=50, tune=300, chains=2, rng=0, progress=False)
+    kwargs = dict(draws=50, tune=300, chains=2, rng=rng_seed(0), progress=False)
     free = rnshmc.RNSHMC(gaussian, n_hidden=60, explore=dict(n_steps=2)).sample(**kwargs)
     dear = rnshmc.RNSHMC(gaussian, n_hidden=60, explore=dict(n_steps=2),
                          surrogate=dict(step_cost=1e9)).sample(**kwargs)
@@ -459,7 +467,7 @@ def test_deprecated_names_warn_and_give_the_same_draws(case):
     old_result, new_result = check_deprecated_spelling(
         lambda: rnshmc.RNSHMC(model, **{"n_hidden": 30, **old}),
         lambda: rnshmc.RNSHMC(model, **{"n_hidden": 30, **new}), spellings,
-        dict(draws=400, tune=120, chains=2, rng=4), old_sample)
+        dict(draws=400, tune=120, chains=2, rng=rng_seed(4)), old_sample)
     if case == "trust":  # the settings were used
         assert np.all(new_result.n_refits == 1)
         assert all(e[0]["n_hidden"] == 12 for e in new_result.trust_events)  # 8 x 1.5

@@ -12,7 +12,7 @@ import pytest
 
 import rnshmc
 
-from testkit import check_covariance, check_mean, correlated_gaussian
+from testkit import check_covariance, check_mean, correlated_gaussian, rng_seed
 
 MEAN = np.array([1.0, -1.0, 0.5])
 COVARIANCE = np.array([[1.0, 0.5, 0.0], [0.5, 2.0, 0.3], [0.0, 0.3, 0.5]])
@@ -31,7 +31,7 @@ def model():
 
 
 def test_one_fit_on_the_pooled_explorations(model):
-    kwargs = dict(draws=100, tune=100, chains=3, rng=0, progress=False, pool=None)
+    kwargs = dict(draws=100, tune=100, chains=3, rng=rng_seed(0), progress=False, pool=None)
     own = rnshmc.RNSHMC(model, n_hidden=80, share_surrogate=False).sample(**kwargs)
     shared = rnshmc.RNSHMC(model, n_hidden=80, share_surrogate=True).sample(**kwargs)
     # the same explorations (nothing differs before the fit), one fit to all of their points
@@ -48,7 +48,7 @@ def test_one_fit_on_the_pooled_explorations(model):
 def test_shared_chains_equal_on_every_executor(model, sampler):
     cls = getattr(rnshmc, sampler)
     s = cls(model, n_hidden=15, share_surrogate=True)
-    kwargs = dict(draws=400, tune=100, chains=3, rng=1, progress=False)
+    kwargs = dict(draws=400, tune=100, chains=3, rng=rng_seed(1), progress=False)
     serial = s.sample(**kwargs, pool=None)
     with ThreadPoolExecutor(2) as threads:
         np.testing.assert_array_equal(s.sample(**kwargs, pool=threads).samples, serial.samples)
@@ -58,7 +58,7 @@ def test_shared_chains_equal_on_every_executor(model, sampler):
 
 
 def test_arns_installs_one_estimator_in_every_chain(model):
-    kwargs = dict(draws=600, tune=100, chains=3, rng=2, progress=False, pool=None)
+    kwargs = dict(draws=600, tune=100, chains=3, rng=rng_seed(2), progress=False, pool=None)
     shared = rnshmc.ARNSHMC(model, n_hidden=15, share_surrogate=True).sample(**kwargs)
     # the same install times for every chain, and the weights at the end are the same
     assert np.all(shared.installed == shared.installed[0])
@@ -79,16 +79,21 @@ POOR = dict(n_hidden=15, surrogate=dict(n_train=60, training_data="states", grad
             share_surrogate=True)
 
 
-@pytest.mark.parametrize("seed", [0, 1])
-def test_arns_shared_estimator_learns(seed):
-    """From a poor shared surrogate, the pooled online points raise the acceptance over the
-    same shared start left fixed (RNS-HMC)."""
+def test_arns_shared_estimator_learns():
+    """From a poor shared surrogate, the pooled online points raise the late acceptance over
+    the same shared start left fixed (RNS-HMC): over 16 seeds, the mean rise is over twice its
+    standard error (from the rises' spread over the seeds). One seed is no test: the rise
+    was 0.01-0.31 over seeds 0-15, large where the start was poor."""
     model, _, _ = correlated_gaussian()
-    kwargs = dict(draws=1500, tune=300, chains=2, rng=seed, progress=False)
-    rns = rnshmc.RNSHMC(model, **POOR).sample(**kwargs)
-    arns = rnshmc.ARNSHMC(model, **POOR).sample(**kwargs)
     late = slice(750, 1500)
-    assert arns.accepted[:, late].mean() > rns.accepted[:, late].mean() + 0.05
+    rises = []
+    for seed in map(rng_seed, range(16)):
+        kwargs = dict(draws=1500, tune=300, chains=2, rng=seed, progress=False)
+        rns = rnshmc.RNSHMC(model, **POOR).sample(**kwargs)
+        arns = rnshmc.ARNSHMC(model, **POOR).sample(**kwargs)
+        rises.append(arns.accepted[:, late].mean() - rns.accepted[:, late].mean())
+    rises = np.array(rises)
+    assert rises.mean() > 2 * rises.std(ddof=1) / np.sqrt(rises.size), np.round(rises, 3)
 
 
 @pytest.mark.parametrize("sampler", ["RNSHMC", "ARNSHMC"])
@@ -107,7 +112,7 @@ def test_shared_surrogate_chains_are_exact(sampler, seed):
 def test_a_checkpoint_at_the_shared_fit_resumes_exactly(model, tmp_path):
     from rnshmc.samplers.checkpoint import Checkpointer
     sampler = rnshmc.RNSHMC(model, n_hidden=40, share_surrogate=True)
-    kwargs = dict(draws=100, tune=100, chains=2, rng=8)
+    kwargs = dict(draws=100, tune=100, chains=2, rng=rng_seed(8))
     full = sampler.sample(**kwargs, progress=False)
     for stop in (100, 150):  # every chain waiting for the fit; after it
         states = sampler.run_states(sampler.init_states(**kwargs), progress=False,
@@ -125,7 +130,7 @@ def test_a_checkpoint_at_the_shared_fit_resumes_exactly(model, tmp_path):
 
 def test_checkpoint_every_seconds(model, tmp_path):
     sampler = rnshmc.RNSHMC(model, n_hidden=40, share_surrogate=True)
-    kwargs = dict(draws=300, tune=100, chains=2, rng=9, progress=False)
+    kwargs = dict(draws=300, tune=100, chains=2, rng=rng_seed(9), progress=False)
     full = sampler.sample(**kwargs)
     path = tmp_path / "run.npz"
     timed = sampler.sample(**kwargs, checkpoint=path, checkpoint_every="0.001s")
@@ -136,6 +141,6 @@ def test_checkpoint_every_seconds(model, tmp_path):
     # a deadline already past still moves every chain on (by a chunk), so a run whose chains
     # start slowly cannot loop forever between checkpoints
     import time
-    states = sampler.init_states(draws=300, tune=100, chains=2, rng=9)
+    states = sampler.init_states(draws=300, tune=100, chains=2, rng=rng_seed(9))
     states = sampler.run_states(states, progress=False, deadline=time.monotonic() - 1)
     assert all(s.iteration > 0 for s in states)

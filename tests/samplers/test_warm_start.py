@@ -9,7 +9,7 @@ import pytest
 import rnshmc
 from rnshmc.diagnostics import SamplingWarning
 from rnshmc.targets import without_gradient
-from testkit import check_covariance, check_mean, correlated_gaussian
+from testkit import check_covariance, check_mean, correlated_gaussian, rng_seed
 
 
 class CostlyGaussian(rnshmc.models.Gaussian):
@@ -54,9 +54,9 @@ def test_a_warm_start_of_the_front_door_explores_nothing_and_stays_exact(seed, t
 def test_a_warm_start_of_the_gradient_free_sampler_explores_nothing_and_stays_exact():
     model, mean, cov = costly_gaussian()
     blind = without_gradient(model)
-    first = quietly(rnshmc.sample, blind, ess=300, rng=4, progress=False)
+    first = quietly(rnshmc.sample, blind, ess=300, rng=rng_seed(4), progress=False)
     assert first.choice["sampler"] == "GF-RNS-HMC"
-    second = quietly(rnshmc.sample, blind, ess=1000, rng=5, init=first, progress=False)
+    second = quietly(rnshmc.sample, blind, ess=1000, rng=rng_seed(5), init=first, progress=False)
     assert second.cost["phases"]["exploration"]["density_evals"] == 0
     assert second.stopping["reason"] == "converged"
     check_mean(second.samples, mean)
@@ -66,8 +66,8 @@ def test_a_warm_start_of_the_gradient_free_sampler_explores_nothing_and_stays_ex
 def test_a_warm_start_of_hmc_skips_the_warmup():
     model, mean, cov = correlated_gaussian()
     sampler = rnshmc.HMC(model, n_steps=5)
-    first = sampler.sample(200, tune=300, rng=2, progress=False)
-    second = sampler.sample(3000, rng=3, init=first, progress=False)
+    first = sampler.sample(200, tune=300, rng=rng_seed(2), progress=False)
+    second = sampler.sample(3000, rng=rng_seed(3), init=first, progress=False)
     assert second.samples.shape == (4, 3000, 4)
     np.testing.assert_array_equal(second.step_size, first.step_size)
     assert np.all(second.n_gradient_evals == second.n_gradient_evals_sampling)
@@ -77,7 +77,7 @@ def test_a_warm_start_of_hmc_skips_the_warmup():
 
 def test_a_warm_start_from_what_cannot_start_one_is_refused():
     model, _, _ = correlated_gaussian()
-    hmc = rnshmc.HMC(model, n_steps=3).sample(20, tune=30, rng=0, progress=False)
+    hmc = rnshmc.HMC(model, n_steps=3).sample(20, tune=30, rng=rng_seed(0), progress=False)
     with pytest.raises(ValueError, match="a run of HMC, not of RNS-HMC"):
         rnshmc.RNSHMC(model, n_hidden=20).sample(20, init=hmc, progress=False)
     with pytest.raises(ValueError, match="cannot start from an earlier run"):
