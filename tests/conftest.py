@@ -1,7 +1,8 @@
 """pytest configuration for the rnshmc tests: the ``slow`` marker, the ``shared_data``
 fixture, and the seed offset (``$RNSHMC_TEST_SEED_OFFSET``, testkit.SEED_OFFSET) applied to a
-test parameter named ``seed``. The helpers the tests share are in ``testkit.py``, imported explicitly by the test
-modules (this file's folder is on ``sys.path`` once pytest has loaded it).
+test parameter named ``seed``. The helpers the tests share are in ``testkit.py``, imported
+explicitly by the test modules (this file's folder is on ``sys.path`` once pytest has loaded
+it).
 """
 import signal
 

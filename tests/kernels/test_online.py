@@ -266,6 +266,5 @@ def test_partial_fit_errors_change_nothing():
     assert surrogate.n_online_points_ == 0
     with pytest.raises(ValueError, match="positive-definite"), \
             pytest.warns(RuntimeWarning, match="singular"):
-        rnshmc.RandomNetworkSurrogate(3, n_hidden=80, ridge=0.0, rng=rng_seed(0)).fit(Q[:20],
-                                                                                      t[:20],
-                                                                            online=True)
+        singular = rnshmc.RandomNetworkSurrogate(3, n_hidden=80, ridge=0.0, rng=rng_seed(0))
+        singular.fit(Q[:20], t[:20], online=True)

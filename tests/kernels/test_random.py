@@ -93,8 +93,7 @@ def test_concurrent_draws_hold_the_generator_lock():
         t.start()
     for t in threads:
         t.join()
-    reference = np.random.default_rng(rng_seed(5)).standard_normal(2 * reps * n).reshape(2 * reps,
-                                                                                         n)
+    reference = np.random.default_rng(rng_seed(5)).standard_normal((2 * reps, n))
     blocks = {r.tobytes() for r in reference}
     drawn = [b.tobytes() for b in results[0] + results[1]]
     assert len(set(drawn)) == 2 * reps

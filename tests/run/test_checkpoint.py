@@ -100,14 +100,16 @@ def test_ctrl_c_writes_a_checkpoint_that_resumes_exactly(tmp_path, capfd):
     model = rnshmc.models.Gaussian(np.zeros(50), covariance=np.eye(50))
     kwargs = dict(draws=2000, tune=100, chains=1, rng=rng_seed(6))
     path = tmp_path / "run.npz"
-    # tune: 100 x 10 gradients; the SIGINT comes within a trajectory, at about draw 900
+    # tune: 100 x 10 gradients; the SIGINT comes at about draw 900
     interrupted = ctrl_c_at(10005, model)
     with pytest.warns(RuntimeWarning, match="interrupted"):
         partial = rnshmc.HMC(interrupted, step_size=0.05, n_steps=10).sample(
             **kwargs, progress=False, checkpoint=path, checkpoint_every=10**6, pool=None)
     assert "stopping every chain after its current transition" in capfd.readouterr().err
     assert partial.interrupted and 0 < partial.samples.shape[1] < 2000
-    assert 10005 + 1 < interrupted.count <= 10005 + 10 + 1  # (+1: the checkpoint's check)
+    # the rest of the trajectory (none if evaluation 10005 ended one; the step count is
+    # jittered), and the checkpoint's check
+    assert 10005 + 1 <= interrupted.count <= 10005 + 10 + 1
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         resumed = rnshmc.resume(path, target=ctrl_c_at(None, model), progress=False)

@@ -130,7 +130,8 @@ def test_continued_across_refits_and_fallback_equals_uninterrupted(name, tmp_pat
     kwargs = dict(draws=400, tune=200, chains=2, rng=rng_seed(5))
     with pytest.warns(RuntimeWarning, match="surrogate was poor"):
         full = sampler.sample(progress=False, **kwargs)
-    events = full.trust_events[0]
+    # (which chains the strict watch distrusts depends on the seed; the warning says one did)
+    events = next(events for events in full.trust_events if events)
     assert events[0]["action"] == "refit"
     before = 200 + riemannian.get("n_adapt", 0)  # (the iterations before sampling)
     first, last = before + events[0]["iteration"], before + events[-1]["iteration"]

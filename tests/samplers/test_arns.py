@@ -114,8 +114,8 @@ def test_online_points_are_the_evaluated_proposals_or_the_accepted_states():
     kwargs = dict(POOR, n_hidden=40, share_surrogate=False)  # (a shared estimator's last
     # points wait for a join that a run's end does not need)
     res = {points: rnshmc.ARNSHMC(model, online_points=points, **kwargs).sample(
-        1000, tune=300, chains=1, rng=rng_seed(2), progress=False) for points in ("accepted",
-                                                                                  "proposals")}
+        1000, tune=300, chains=1, rng=rng_seed(2), progress=False)
+        for points in ("accepted", "proposals")}
     accepted = res["accepted"]
     np.testing.assert_array_equal(accepted.online_added, accepted.accepted)
     assert accepted.n_online_points[0] == accepted.accepted.sum()

@@ -9,7 +9,8 @@ import pytest
 import rnshmc
 
 from testkit import (check_covariance, check_deprecated_spelling, check_mean,
-                     correlated_gaussian, funnel_target, log_gamma_target, mean_within_mcse, rng_seed)
+                     correlated_gaussian, covariance_within_mcse, funnel_target,
+                     log_gamma_target, mean_within_mcse, rng_seed)
 
 
 
@@ -39,8 +40,11 @@ def test_exact_with_a_poor_surrogate(delayed, seed):
 @pytest.mark.filterwarnings("ignore:.*under a third of the exploration")
 def test_power_the_surrogate_alone_is_wrong():
     """The exactness test above has something to catch: the surrogate's own distribution (HMC
-    on z, no exact test) is far from the target — for these poor fits it is not even
-    normalisable, and its chain drifts away by many posterior standard deviations."""
+    on z, no exact test) is far from the target. For most of these poor fits it is not even
+    normalisable, and its chain drifts away by many posterior standard deviations (its
+    Monte Carlo error then is as large: its |z| stays small); for the others (3 of seed
+    offsets 0-11) the chain stays near but fails the test's check of the covariance
+    (largest |z| 5.8-21.5)."""
     model, mean, cov = correlated_gaussian()
     sampler = rnshmc.RNSHMC(model, **POOR)
     fit = sampler.sample(200, tune=400, chains=2, rng=rng_seed(1), progress=False)
@@ -49,7 +53,10 @@ def test_power_the_surrogate_alone_is_wrong():
         res = rnshmc.HMC(sur, step_size=0.3, n_steps=8).sample(
             5000, tune=200, chains=1, rng=rng_seed(3), init=mean, progress=False)
         error = np.abs(res.samples[0].mean(axis=0) - mean) / sd
-        assert np.max(error) > 5, error
+        z_mean, tol_mean = mean_within_mcse(res.samples, mean)
+        z_cov, tol_cov = covariance_within_mcse(res.samples, mean, cov)
+        assert (np.max(error) > 5 or np.max(np.abs(z_mean)) > tol_mean
+                or np.max(np.abs(z_cov)) > tol_cov), (error, z_mean, z_cov)
 
 
 @pytest.mark.filterwarnings("ignore:.*under a third of the exploration")
@@ -129,8 +136,8 @@ def test_training_window_options():
                         **kwargs).sample(100, tune=200, **draws)
     assert res.n_train[0] == 50
     assert res.n_gradient_evals[0] == 200 + 1  # the exploration's gradients, and one to start
-    steps = rnshmc.RNSHMC(model, surrogate=dict(n_train=50), **kwargs).sample(100, tune=200,
-                                                                             **draws)
+    steps = rnshmc.RNSHMC(model, surrogate=dict(n_train=50), **kwargs)
+    steps = steps.sample(100, tune=200, **draws)
     assert 0 < steps.n_train[0] <= 50  # (one step a trajectory)
     with pytest.warns(DeprecationWarning, match=r"sample\(tune=...\)"):
         old = rnshmc.RNSHMC(model, n_explore=200, surrogate=dict(n_train=50,
@@ -182,8 +189,8 @@ def test_a_distrusted_surrogate_is_refitted_then_replaced_and_said_so():
                                               refit_iterations=100), **DISTRUSTED)
     with pytest.warns(RuntimeWarning, match="surrogate was poor where the chain went") as caught:
         res = sampler.sample(1500, tune=400, chains=2, rng=rng_seed(1), progress=False)
-    assert len(caught) == 2  # one warning per chain
-    assert "replaced by exact HMC" in str(caught[0].message)
+    poor = [str(w.message) for w in caught if "surrogate was poor" in str(w.message)]
+    assert len(poor) == 2 and "replaced by exact HMC" in poor[0]  # one warning per chain
     for chain, events in enumerate(res.trust_events):
         assert [e["action"] for e in events] == ["refit", "fallback"]
         assert events[0]["window_acceptance"] < events[0]["exploration_acceptance"]
@@ -374,7 +381,13 @@ def test_surrogate_step_cost():
 @pytest.mark.parametrize("seed", [0, 1])
 def test_exact_on_a_skewed_target_with_a_poor_surrogate(delayed, seed):
     """Two independent log-Gamma(2) coordinates (skewed; a symmetric target could hide a
-    sign error): means, variances and a tail probability within MCSE with a poor surrogate."""
+    sign error): the means and the probabilities under the 5%, 25% and 75% quantiles within
+    MCSE with a poor surrogate. (Bounded functions: a run estimates their Monte Carlo error
+    reliably. The squared deviations' it underestimated, the chain sticking for long
+    stretches in the left tail on this surrogate: over seeds 0-59 their z had standard
+    deviations of 1.2-1.5 and reached -5.3 with delayed acceptance, -6.7 without; while the
+    mean error of 100 independent runs' variance estimates was -0.5% and -0.6% of the
+    variance, each within its standard error.)"""
     from scipy import special, stats
     shape = 2.0
     target = log_gamma_target(shape, dim=2)
@@ -384,10 +397,10 @@ def test_exact_on_a_skewed_target_with_a_poor_surrogate(delayed, seed):
                         trust=False).sample(
         20000, tune=300, chains=2, rng=seed, init=np.zeros(2), progress=False)
     assert np.all(res.fit_residual > 0.05)  # a poor fit: acceptance 0.3-0.8 in trials
-    m = special.digamma(shape)
     x = res.samples
-    functions = np.concatenate([x, (x - m) ** 2, (x > 1.0) * 1.0], axis=-1)
-    truth = np.repeat([m, special.polygamma(1, shape), stats.gamma(shape).sf(np.e)], 2)
+    quantiles = np.log(stats.gamma(shape).ppf([0.05, 0.25, 0.75]))
+    functions = np.concatenate([x] + [(x < q) * 1.0 for q in quantiles], axis=-1)
+    truth = np.concatenate([np.full(2, special.digamma(shape)), np.repeat([0.05, 0.25, 0.75], 2)])
     z, tol = mean_within_mcse(functions, truth)
     assert np.all(np.abs(z) < tol), z
 

@@ -219,9 +219,10 @@ def test_a_shift_of_the_targets_shifts_only_the_constant(ridge):
     np.testing.assert_allclose(sur2.predict(Q), sur.predict(Q) + 1000.0, rtol=1e-9)
     # (the predictions are well determined; their split between the weights and the
     # constant is not, at a small ridge: a rounding of the shifted targets moves both by up
-    # to the system's condition number times it, ~5e-9 of the constant on some seeds)
+    # to the system's condition number times it: 5e-9 of the constant, 2.4e-8 of the largest
+    # weight, on some seeds)
     np.testing.assert_allclose(sur2.output_weights, sur.output_weights, rtol=1e-6,
-                               atol=1e-9 * np.abs(sur.output_weights).max())
+                               atol=1e-7 * np.abs(sur.output_weights).max())
     np.testing.assert_allclose(sur2.offset_, sur.offset_ + 1000.0, rtol=1e-7)
 
 
@@ -257,8 +258,8 @@ def test_surrogate_is_a_c_level_target_for_hmc():
     """HMC on a surrogate fitted to a standard normal samples (approximately) that normal."""
     rng = np.random.default_rng(rng_seed(0))
     Q = rng.standard_normal((2000, 2))
-    sur = RandomNetworkSurrogate(2, 300, rng=rng_seed(0), whiten=True).fit(Q, 0.5 * np.sum(Q ** 2,
-                                                                                           1), Q)
+    sur = RandomNetworkSurrogate(2, 300, rng=rng_seed(0), whiten=True)
+    sur.fit(Q, 0.5 * np.sum(Q ** 2, 1), Q)
     res = rnshmc.HMC(sur, step_size=0.5, n_steps=5).sample(2000, tune=100, rng=rng_seed(1),
                                                            progress=False)
     assert abs(res.samples.mean()) < 0.15 and abs(res.samples.std() - 1) < 0.1
