@@ -218,8 +218,14 @@ def run_to_end(sampler, states, progress=True, pool="auto", checkpointer=None, r
                 if checkpointer is not None and getattr(error, "states", None) is not None:
                     # (after a failure other than a Ctrl-C the model is not evaluated for the
                     # checkpoint's target check: it may be what failed, see target_check)
-                    checkpointer.write(error.states, rule,
-                                       ask_model=isinstance(error, KeyboardInterrupt))
+                    try:
+                        checkpointer.write(error.states, rule,
+                                           ask_model=isinstance(error, KeyboardInterrupt))
+                    except KeyboardInterrupt:
+                        # another Ctrl-C while the model was asked for that check (a costly
+                        # model takes a while): the draws are saved without it (resume then
+                        # says it cannot check the target)
+                        checkpointer.write(error.states, rule, ask_model=False)
                 raise
             due = record is not None or all(s.done for s in states) or (
                 every is not None and progress_of(states) - written[1] >= every) or (

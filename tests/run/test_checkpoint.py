@@ -100,21 +100,21 @@ def test_ctrl_c_writes_a_checkpoint_that_resumes_exactly(tmp_path, capfd):
     model = rnshmc.models.Gaussian(np.zeros(50), covariance=np.eye(50))
     kwargs = dict(draws=2000, tune=100, chains=1, rng=rng_seed(6))
     path = tmp_path / "run.npz"
-    # tune: 100 x 10 gradients; the SIGINT comes at about draw 900
+    # 10 gradients a trajectory (not jittered: the trajectories end at evaluations 1 + 10 k,
+    # whatever the seed), tune 100 of them; the SIGINT comes within one, at about draw 900
     interrupted = ctrl_c_at(10005, model)
     with pytest.warns(RuntimeWarning, match="interrupted"):
-        partial = rnshmc.HMC(interrupted, step_size=0.05, n_steps=10).sample(
+        partial = rnshmc.HMC(interrupted, step_size=0.05, n_steps=10, jitter=False).sample(
             **kwargs, progress=False, checkpoint=path, checkpoint_every=10**6, pool=None)
     assert "stopping every chain after its current transition" in capfd.readouterr().err
     assert partial.interrupted and 0 < partial.samples.shape[1] < 2000
-    # the rest of the trajectory (none if evaluation 10005 ended one; the step count is
-    # jittered), and the checkpoint's check
-    assert 10005 + 1 <= interrupted.count <= 10005 + 10 + 1
+    # the rest of the trajectory, and the checkpoint's check
+    assert interrupted.count == 10011 + 1
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         resumed = rnshmc.resume(path, target=ctrl_c_at(None, model), progress=False)
-        full = rnshmc.HMC(ctrl_c_at(None, model), step_size=0.05, n_steps=10).sample(
-            **kwargs, progress=False, pool=None)
+        full = rnshmc.HMC(ctrl_c_at(None, model), step_size=0.05, n_steps=10,
+                          jitter=False).sample(**kwargs, progress=False, pool=None)
     np.testing.assert_array_equal(resumed.samples, full.samples)
     np.testing.assert_array_equal(partial.samples, full.samples[:, :partial.samples.shape[1]])
 
@@ -210,15 +210,16 @@ def test_sigterm_to_every_process_of_a_process_pool_run_saves_it(tmp_path):
 
 
 def test_a_second_ctrl_c_stops_at_once(tmp_path):
-    """Two SIGINTs: the evaluation under way is the last; the draws so far are returned and
-    the checkpoint resumes (a valid continuation, though the cut transition's random draws
-    are gone)."""
+    """Two SIGINTs within a trajectory: the evaluation under way is the last; the draws so
+    far are returned and the checkpoint resumes (a valid continuation, though the cut
+    transition's random draws are gone)."""
     model = rnshmc.models.Gaussian(np.zeros(5), covariance=np.eye(5))
-    interrupted = ctrl_c_at(5005, model, times=2)
+    interrupted = ctrl_c_at(5005, model, times=2)  # (trajectories end at 1 + 10 k)
     path = tmp_path / "run.npz"
     with pytest.warns(RuntimeWarning, match="interrupted"):
-        partial = rnshmc.HMC(interrupted, step_size=0.3, n_steps=10).sample(
-            2000, tune=100, chains=1, rng=rng_seed(0), progress=False, checkpoint=path, pool=None)
+        partial = rnshmc.HMC(interrupted, step_size=0.3, n_steps=10, jitter=False).sample(
+            2000, tune=100, chains=1, rng=rng_seed(0), progress=False, checkpoint=path,
+            pool=None)
     # (the evaluation under way is the last of the run, then the checkpoint's check of the model)
     assert interrupted.count == 5006 + 1 and partial.interrupted
     with warnings.catch_warnings():
@@ -227,6 +228,29 @@ def test_a_second_ctrl_c_stops_at_once(tmp_path):
     n = partial.samples.shape[1]
     assert resumed.samples.shape == (1, 2000, 5)
     np.testing.assert_array_equal(resumed.samples[:, :n], partial.samples)
+
+
+def test_a_second_ctrl_c_during_the_checkpoints_model_check_loses_nothing(tmp_path):
+    """The first SIGINT at a trajectory's last evaluation, the second while the checkpoint's
+    first write asks the model for its target check (a costly model makes that a while): the
+    checkpoint is written without the check, the draws are returned, and the run resumes (with
+    a warning that the target cannot be checked) to the uninterrupted draws."""
+    model = rnshmc.models.Gaussian(np.zeros(5), covariance=np.eye(5))
+    interrupted = ctrl_c_at(5001, model, times=2)  # (trajectories end at 1 + 10 k)
+    path = tmp_path / "run.npz"
+    kwargs = dict(draws=2000, tune=100, chains=1, rng=rng_seed(0), pool=None)
+    sampler = rnshmc.HMC(interrupted, step_size=0.3, n_steps=10, jitter=False)
+    with pytest.warns(RuntimeWarning, match="interrupted"):
+        partial = sampler.sample(**kwargs, progress=False, checkpoint=path)
+    assert interrupted.count == 5002 and partial.interrupted
+    assert 0 < partial.samples.shape[1] < 2000
+    with pytest.warns(RuntimeWarning, match="no log density of the run's model"):
+        resumed = rnshmc.resume(path, target=ctrl_c_at(None, model), progress=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        full = rnshmc.HMC(ctrl_c_at(None, model), step_size=0.3, n_steps=10,
+                          jitter=False).sample(**kwargs, progress=False)
+    np.testing.assert_array_equal(resumed.samples, full.samples)
 
 
 @pytest.mark.parametrize("stop", [1, 130, 200, 201, 260])

@@ -152,9 +152,14 @@ def test_training_window_options():
 
 
 def test_acceptance_collapse_warns_when_unwatched():
+    """Without the watch, a sampling acceptance under a third of the exploration's is said;
+    made certain by a sampling step size of 5 (over three times the posterior's largest sd:
+    the surrogate's leapfrog is unstable), not left to how poor one seed's fit is."""
     model, _, _ = correlated_gaussian()
+    unstable = dict(DISTRUSTED, step_size=5.0,
+                    explore=dict(DISTRUSTED["explore"], step_size=None))  # (explore adapts)
     with pytest.warns(RuntimeWarning, match="under a third of the exploration"):
-        rnshmc.RNSHMC(model, trust=False, **DISTRUSTED).sample(
+        rnshmc.RNSHMC(model, trust=False, **unstable).sample(
             2000, tune=400, chains=1, rng=rng_seed(1), progress=False)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -381,13 +386,14 @@ def test_surrogate_step_cost():
 @pytest.mark.parametrize("seed", [0, 1])
 def test_exact_on_a_skewed_target_with_a_poor_surrogate(delayed, seed):
     """Two independent log-Gamma(2) coordinates (skewed; a symmetric target could hide a
-    sign error): the means and the probabilities under the 5%, 25% and 75% quantiles within
-    MCSE with a poor surrogate. (Bounded functions: a run estimates their Monte Carlo error
-    reliably. The squared deviations' it underestimated, the chain sticking for long
-    stretches in the left tail on this surrogate: over seeds 0-59 their z had standard
-    deviations of 1.2-1.5 and reached -5.3 with delayed acceptance, -6.7 without; while the
-    mean error of 100 independent runs' variance estimates was -0.5% and -0.6% of the
-    variance, each within its standard error.)"""
+    sign error): the means and the probabilities under the 10%, 50% and 90% quantiles within
+    MCSE with a poor surrogate. Bounded functions: a run estimates their Monte Carlo error
+    reliably (over seeds 0-59, with and without delayed acceptance, their z had standard
+    deviations of 0.8-1.15 and |z| stayed under 3.8). The squared deviations' it
+    underestimated, the chain sticking for long stretches in the left tail on this
+    surrogate: their z had standard deviations of 1.2-1.5 and reached -5.3 with delayed
+    acceptance, -6.7 without; yet the mean errors of 100 independent runs' variance
+    estimates (delayed acceptance) were -0.5% and -0.6%, each within its standard error."""
     from scipy import special, stats
     shape = 2.0
     target = log_gamma_target(shape, dim=2)
@@ -398,9 +404,10 @@ def test_exact_on_a_skewed_target_with_a_poor_surrogate(delayed, seed):
         20000, tune=300, chains=2, rng=seed, init=np.zeros(2), progress=False)
     assert np.all(res.fit_residual > 0.05)  # a poor fit: acceptance 0.3-0.8 in trials
     x = res.samples
-    quantiles = np.log(stats.gamma(shape).ppf([0.05, 0.25, 0.75]))
+    levels = [0.1, 0.5, 0.9]
+    quantiles = np.log(stats.gamma(shape).ppf(levels))
     functions = np.concatenate([x] + [(x < q) * 1.0 for q in quantiles], axis=-1)
-    truth = np.concatenate([np.full(2, special.digamma(shape)), np.repeat([0.05, 0.25, 0.75], 2)])
+    truth = np.concatenate([np.full(2, special.digamma(shape)), np.repeat(levels, 2)])
     z, tol = mean_within_mcse(functions, truth)
     assert np.all(np.abs(z) < tol), z
 

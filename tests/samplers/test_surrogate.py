@@ -197,16 +197,23 @@ def test_fit_matches_lstsq_on_the_stacked_system(nodes, activation, whiten, with
 
 
 def test_gradient_fit_improves_gradients():
-    """With gradients in the fit, the surrogate's gradients at held-out points are closer."""
-    rng = np.random.default_rng(rng_seed(3))
-    Q, U, G = training_data(rng, n=60)
-    Qt, _, Gt = training_data(rng, n=200)
-    errors = []
-    for gw in (0.0, 1.0):
-        sur = RandomNetworkSurrogate(3, 200, ridge=1e-6, rng=rng_seed(1), whiten=True)
-        sur.fit(Q, U, gradients=G, gradient_weight=gw)
-        errors.append(np.sqrt(np.mean([(sur.gradient(q) - g) ** 2 for q, g in zip(Qt, Gt)])))
-    assert errors[1] < 0.7 * errors[0], errors
+    """With gradients in the fit, the surrogate's gradients at held-out points are closer: on
+    every one of four seeds, and by 40% on average (the ratio of the errors was 0.17-0.67
+    over seeds 0-39, 0.36 on average; 0.74 on one seed of the test's)."""
+    ratios = []
+    for seed in range(4):
+        rng = np.random.default_rng(rng_seed(3 + 10 * seed))
+        Q, U, G = training_data(rng, n=60)
+        Qt, _, Gt = training_data(rng, n=200)
+        errors = []
+        for gw in (0.0, 1.0):
+            sur = RandomNetworkSurrogate(3, 200, ridge=1e-6, rng=rng_seed(1 + 10 * seed),
+                                         whiten=True)
+            sur.fit(Q, U, gradients=G, gradient_weight=gw)
+            errors.append(np.sqrt(np.mean([(sur.gradient(q) - g) ** 2
+                                           for q, g in zip(Qt, Gt)])))
+        ratios.append(errors[1] / errors[0])
+    assert max(ratios) < 1 and np.mean(ratios) < 0.6, ratios
 
 
 @pytest.mark.parametrize("ridge", [1e-6, 10.0])
