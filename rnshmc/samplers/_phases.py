@@ -1324,7 +1324,7 @@ class OnlineState(PartState):
     coins_until: int = 0              # shared: the last iteration install_times cover
     install_at: Optional[int] = None  # the next install (after this sampling iteration)
     install_drawn: bool = False       # whether install_at is the current draw
-    pending_from: int = 0             # shared: the first iteration not yet added
+    pending_from: int = 0             # the first iteration whose point is not yet added
     # weights were installed since the chain cached its dynamics potential and gradient
     refresh: bool = False
 
@@ -1393,6 +1393,12 @@ class OnlineInstalls:
     def fitted(self, state, surrogate, U):
         """A surrogate was just fitted to potentials ``U``: it is the chain's estimator."""
         online = state.parts.setdefault("online", OnlineState())
+        if state.phase == "sampling" and "sampling" in state.outputs:
+            # a refit: the points since the last install never reach an estimator in use
+            added = state.outputs["sampling"].get("online_added")
+            if added is not None:
+                added[online.pending_from:state.iteration] = 0
+        online.pending_from = state.iteration if state.phase == "sampling" else 0
         online.estimator, online.shared = surrogate, False
         # twice the fitted potentials' range above their minimum
         online.ceiling = float(2 * np.max(U) - np.min(U))
@@ -1480,8 +1486,11 @@ class OnlineInstalls:
         return stop if online.install_at is None else min(stop, online.install_at)
 
     def segment_done(self, state, first, n):
-        """After sampling iterations first, ..., first + n - 1: add their points to the
-        estimator (a chain's own) and install at an install time."""
+        """After sampling iterations first, ..., first + n - 1: mark the points they add, and
+        at an install time add the points since the last one to the estimator (a chain's
+        own) and install. (The points go in one batch an install interval, whatever the
+        segments: a checkpoint or a stopping rule's check between installs changes no
+        draw, not even in the last bits of the batch's hidden-unit products.)"""
         outputs = state.outputs["sampling"]
         online = state.parts["online"]
         installed = outputs.setdefault("installed", np.zeros(len(outputs["records"]), dtype=bool))
@@ -1493,10 +1502,8 @@ class OnlineInstalls:
             added[first:end] = self.online_points(state, slice(first, end))
         if online.shared:
             return  # the points wait for the other chains' (join)
-        Q, U = self.added_points(state, slice(first, end))
-        if len(U):
-            online.estimator.partial_fit(Q, U, install=False)
         if online.install_at is not None and state.iteration == online.install_at:
+            self.add_pending(state, online.estimator)
             online.estimator.install()
             installed[online.install_at - 1] = True
             online.install_drawn = False
@@ -1513,6 +1520,14 @@ class OnlineInstalls:
                 <= state.parts["online"].ceiling
             new |= under & ~records["diverging"].astype(bool)
         return new
+
+    def add_pending(self, state, estimator):
+        """Add the chain's points since the last install (or fit) to ``estimator``."""
+        online = state.parts["online"]
+        Q, U = self.added_points(state, slice(online.pending_from, state.iteration))
+        if len(U):
+            estimator.partial_fit(Q, U, install=False)
+        online.pending_from = state.iteration
 
     def added_points(self, state, block):
         """(Q, U): the points the iterations in ``block`` added."""
@@ -1538,16 +1553,12 @@ class OnlineInstalls:
         # every chain's points since the last install, in chain order, then one install for all
         estimator = sharing[0].parts["online"].estimator
         for state in sharing:
-            online = state.parts["online"]
-            Q, U = self.added_points(state, slice(online.pending_from, state.iteration))
-            if len(U):
-                estimator.partial_fit(Q, U, install=False)
+            self.add_pending(state, estimator)
         estimator.install()
         for state in sharing:
             online = state.parts["online"]
             state.outputs["sampling"]["installed"][state.iteration - 1] = True
             online.estimator = estimator
-            online.pending_from = state.iteration
             online.install_drawn = False
             online.refresh = True
 
@@ -1573,6 +1584,8 @@ class OnlineInstalls:
             # the points after the last install never reach the shared estimator (they would
             # change no draw)
             state.outputs["sampling"]["online_added"][online.pending_from:] = 0
+        else:  # a chain's own estimator learns them (a warm start continues from it)
+            self.add_pending(state, online.estimator)
         state.parts["fit"].surrogate = online.estimator.get_state()
 
     def report(self, result, states):

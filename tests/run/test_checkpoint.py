@@ -7,7 +7,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 import warnings
 
@@ -392,6 +391,24 @@ def test_arns_checkpoints_keep_the_online_estimator(share, stop, tmp_path):
     np.testing.assert_array_equal(resumed.samples, full.samples)
     np.testing.assert_array_equal(resumed.installed, full.installed)
     np.testing.assert_array_equal(resumed.n_online_points, full.n_online_points)
+
+
+@pytest.mark.parametrize("share", [False, True])
+def test_arns_checkpoints_between_installs_change_no_draw(share, tmp_path):
+    """Checkpoints every 37 iterations end segments between ARNS-HMC's installs: the draws
+    are those of the run without them, bit for bit. (A chain's points once went to its
+    estimator a segment at a time: the hidden units of other batches of rows differed in
+    the last bits, and so did the weights installed next.)"""
+    model = rnshmc.models.Gaussian(np.arange(3.0), covariance=np.eye(3) + 0.5)
+    kwargs = dict(draws=400, tune=150, chains=2, progress=False, pool=None)
+    for seed in map(rng_seed, range(4)):
+        sampler = rnshmc.ARNSHMC(model, n_hidden=15, share_surrogate=share)
+        plain = sampler.sample(**kwargs, rng=seed)
+        path = tmp_path / f"run{seed}.npz"
+        segmented = sampler.sample(**kwargs, rng=seed, checkpoint=path, checkpoint_every=37)
+        np.testing.assert_array_equal(segmented.samples, plain.samples)
+        np.testing.assert_array_equal(segmented.installed, plain.installed)
+        np.testing.assert_array_equal(segmented.n_online_points, plain.n_online_points)
 
 
 def test_a_failing_checkpoint_write_keeps_the_last_good_one_and_the_run_goes_on(

@@ -318,7 +318,7 @@ def test_initial_step_size_heuristic():
     chain = make_chain(harmonic_target(3), 3)
     chain.set_position(np.ones(3))
     step = initial_step_size(chain, np.random.default_rng(rng_seed(0)))
-    assert 0.1 < step < 4.0
+    assert 0.1 < step <= 4.0  # (0.5, 2 or 4 over seeds 0-199: halved or doubled from 1)
     # a flat density never lowers the acceptance: the heuristic gives up
     flat = make_chain(Target(lambda q: 0.0, grad_logp=np.zeros_like, dim=2), 2)
     flat.set_position(np.zeros(2))

@@ -2,7 +2,6 @@
 of its default paths exact on targets with known moments (several seeds)."""
 import warnings
 
-import numpy as np
 import pytest
 
 import rnshmc
