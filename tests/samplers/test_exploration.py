@@ -65,9 +65,13 @@ def test_the_exploration_stops_earlier_on_an_easy_target_than_on_a_hard_one(seed
         assert all(0 <= c["predicted_acceptance"] <= 1 for c in checks)
     assert easy.exploration[0]["iterations"] == round_length
     assert hard.exploration[0]["iterations"] > easy.exploration[0]["iterations"]
-    # the rounds are exploration: the draws are still the posterior's
+    # the rounds are exploration: the draws are still the posterior's (on the banana, the
+    # means of x and of r = y - bend (x^2 - 1), both N(0, 1): y itself is skewed, and a run
+    # of 4 x 1000 draws that misses its right tail underestimates its Monte Carlo error,
+    # z -5.8 on one seed)
     check_mean(easy.samples, mean)
-    check_mean(hard.samples, np.zeros(8))
+    x, y = hard.samples[..., 0::2], hard.samples[..., 1::2]
+    check_mean(np.concatenate([x, y - 1.5 * (x ** 2 - 1)], axis=-1), np.zeros(8))
 
 
 def test_a_given_tune_explores_that_long_without_checks():

@@ -229,7 +229,9 @@ def test_refits_and_fallback_keep_the_chain_exact(seed):
                             **DISTRUSTED).sample(
             20000, tune=400, chains=2, rng=seed, progress=False)
     assert np.all(res.n_refits >= 1)
-    assert 0.02 < res.exact_dynamics.mean() < 0.98  # both kinds of dynamics in the draws
+    # both kinds of dynamics in the draws: the surrogate's first window, and the exact
+    # stretch before each refit
+    assert res.exact_dynamics.any() and not res.exact_dynamics.all()
     check_mean(res.samples, mean)
     check_covariance(res.samples, mean, cov)
 
