@@ -299,7 +299,7 @@ def test_a_useless_surrogate_falls_back_to_adaptive_metropolis(seed):
     named = [str(w.message) for w in caught if "replaced by adaptive Metropolis" in
              str(w.message)]
     assert len(named) == 4 and "on the surrogate itself" in named[0]
-    # (the frozen random walk moves: 0.14-0.29 a chain at seed offsets 0-3, the stuck ones
+    # (the frozen random walk moves: 0.14-0.29 a chain at seed offset 3, the stuck ones
     # under 0.05)
     assert np.all(res.acceptance_rate > 0.05) and res.converged, res.convergence_problems
     np.testing.assert_array_equal(res.n_gradient_evals, 0)
