@@ -42,7 +42,7 @@ def _seed_offset():
 #: conftest.py shifts). A test asserts a property of the sampler, which holds at any offset;
 #: one that holds for one seed's trajectory only (chaotic dynamics turn an ulp of another CPU's
 #: BLAS kernel into another trajectory) fails at another offset, on this machine.
-#: ``.ci/run`` runs the sampler tests at a second offset.
+#: ``.ci/run`` runs the surrogate samplers' tests at a second offset.
 SEED_OFFSET = _seed_offset()
 
 
