@@ -12,6 +12,8 @@ cdef struct TrajectoryInfo:
     double residual             # largest final residual of an implicit solve (0 if explicit)
     Py_ssize_t iterations       # fixed-point iterations of the implicit solves (0 if explicit)
     double log_jacobian         # log |det d(proposal)/d(start)|: 0 for symplectic maps
+    double max_energy           # the highest energy of the dynamics at a step (the leapfrog,
+                                # when it watches the energy; -inf: not watched)
 
 # the two implicit equations of a generalized leapfrog step (GeneralizedLeapfrog.solve)
 cdef enum ImplicitEquation:
@@ -22,6 +24,13 @@ cdef class Integrator:
     # integrates the dynamics of a position-dependent (Riemannian) metric; the chain then
     # updates the metric at the start point before run() and reads its log-determinant
     cdef readonly bint riemannian
+    # set by the chain before each trajectory (docs/algorithms.md, section 1): the leapfrog
+    # stops a trajectory as a divergence, with nothing evaluated past it, at the first step
+    # whose energy of the dynamics exceeds energy_limit (INFINITY: not watched), or whose
+    # position leaves the probe bound before it is evaluated (NULL: no bound; the warm-up's,
+    # see widen_bound). The other integrators ignore them.
+    cdef double energy_limit
+    cdef double* bound
     # draws what the integrator itself randomises per transition (L2HMC's direction), before
     # the trajectory; nothing for the others
     cdef int begin(self, bitgen_t* bitgen) except -1 nogil
@@ -33,6 +42,13 @@ cdef class Integrator:
                  double* grad, double* v, double step_size, Py_ssize_t n_steps,
                  bint want_potential, double* U_end, double* kinetic_end,
                  TrajectoryInfo* info) except -1 nogil
+
+# The warm-up's probe bound: 4 rows of dim doubles, the box of the points seen (lowest, highest
+# coordinates) and the box a trajectory may not leave (the first widened on each side by
+# PROBE_MARGIN times its width in that coordinate, at least PROBE_MARGIN). widen_bound adds a
+# point to the points seen.
+cdef double PROBE_MARGIN
+cdef void widen_bound(double* bound, Py_ssize_t n, const double* q) noexcept nogil
 
 cdef class Leapfrog(Integrator):
     # optional record of every step: rows of (q, U(q), grad U(q)), 2 dim + 1 doubles each (the

@@ -17,6 +17,9 @@ from ._lapack cimport _gesv
 cdef class Integrator:
     """Interface of an integrator (abstract; see ``Leapfrog``)."""
 
+    def __cinit__(self, *args, **kwargs):
+        self.energy_limit = INFINITY  # (not watched until a chain says otherwise)
+
     cdef int begin(self, bitgen_t* bitgen) except -1 nogil:
         return 0
 
@@ -44,20 +47,27 @@ cdef class Leapfrog(Integrator):
         cdef int n = <int> metric.dim
         cdef double half = 0.5 * step_size
         cdef double U = NAN
+        cdef double H
         cdef double* row
         cdef bint last, recording, finite
+        # watching the energy needs the potential at every step (a model's gradient evaluates
+        # it anyway; a surrogate's costs one dot product more)
+        cdef bint watch = isfinite(self.energy_limit)
         info.converged = True
         info.residual = 0.0
         info.iterations = 0
         info.log_jacobian = 0.0
         info.diverged = False
+        info.max_energy = -INFINITY
         for step in range(n_steps):
             _axpy(n, -half, grad, 1, p, 1)
             metric.kinetic_and_velocity(p, v)
             _axpy(n, step_size, v, 1, q, 1)
+            if self.bound != NULL and outside(n, q, self.bound + 2 * n, self.bound + 3 * n):
+                return diverged(info, step + 1, step, U_end, kinetic_end)
             last = step == n_steps - 1
             recording = self.record != NULL and self.record_count < self.record_capacity
-            if recording or (last and want_potential):
+            if recording or watch or (last and want_potential):
                 target.potential_and_gradient(q, &U, grad, scratch)
             else:
                 target.gradient(q, grad, scratch)
@@ -68,19 +78,65 @@ cdef class Leapfrog(Integrator):
                 row[n] = U
                 memcpy(row + n + 1, grad, n * sizeof(double))
                 self.record_count += 1
-            if not finite or (last and want_potential and not isfinite(U)):
-                info.n_steps = step + 1
-                info.n_gradients = step + 1
-                info.diverged = True
-                U_end[0] = INFINITY
-                kinetic_end[0] = INFINITY
-                return 0
+            if not finite or ((watch or (last and want_potential)) and not isfinite(U)):
+                return diverged(info, step + 1, step + 1, U_end, kinetic_end)
             _axpy(n, -half, grad, 1, p, 1)
+            if watch:
+                H = U + metric.kinetic_and_velocity(p, v)
+                if H > info.max_energy:
+                    info.max_energy = H
+                if not H <= self.energy_limit:
+                    return diverged(info, step + 1, step + 1, U_end, kinetic_end)
+            if self.bound != NULL:  # a point the chain has seen (and found healthy)
+                widen_bound(self.bound, n, q)
         info.n_steps = n_steps
         info.n_gradients = n_steps
         U_end[0] = U
         kinetic_end[0] = metric.kinetic_and_velocity(p, v)
         return 0
+
+
+cdef inline int diverged(TrajectoryInfo* info, Py_ssize_t n_steps, Py_ssize_t n_gradients,
+                         double* U_end, double* kinetic_end) noexcept nogil:
+    """End a leapfrog trajectory as a divergence after ``n_steps`` steps."""
+    info.n_steps = n_steps
+    info.n_gradients = n_gradients
+    info.diverged = True
+    U_end[0] = INFINITY
+    kinetic_end[0] = INFINITY
+    return 0
+
+
+# (a trajectory in free fall, under a constant force, moves three times as far in its second
+# step as in its first, and less than that relative to its extent after: a margin of 4 never
+# stops it; a step that jumps four times past everything seen is stopped)
+PROBE_MARGIN = 4.0
+
+
+cdef void widen_bound(double* bound, Py_ssize_t n, const double* q) noexcept nogil:
+    """Add ``q`` to the points a probe bound has seen, and widen its box to match."""
+    cdef Py_ssize_t i
+    cdef double margin
+    cdef double* seen_lo = bound
+    cdef double* seen_hi = bound + n
+    for i in range(n):
+        if q[i] < seen_lo[i]:
+            seen_lo[i] = q[i]
+        if q[i] > seen_hi[i]:
+            seen_hi[i] = q[i]
+        margin = PROBE_MARGIN * max(1.0, seen_hi[i] - seen_lo[i])
+        bound[2 * n + i] = seen_lo[i] - margin
+        bound[3 * n + i] = seen_hi[i] + margin
+
+
+cdef inline bint outside(int n, const double* q, const double* lo,
+                         const double* hi) noexcept nogil:
+    """Whether ``q`` is outside the box [lo, hi] (or not a number)."""
+    cdef int i
+    for i in range(n):
+        if not (lo[i] <= q[i] <= hi[i]):
+            return True
+    return False
 
 
 cdef inline double distance(Py_ssize_t n, const double* a, const double* b) noexcept nogil:

@@ -41,7 +41,7 @@ import numpy as np
 
 from ._chain cimport BaseChain, RunSettings, Transition
 from ._chain import NonFiniteStart
-from ._integrators cimport Integrator, Leapfrog, TrajectoryInfo
+from ._integrators cimport Integrator, Leapfrog, TrajectoryInfo, widen_bound
 from ._metrics cimport Metric
 from ._random cimport bitgen_t, get_bitgen, random_standard_uniform, random_interval
 from ._targets cimport CTarget
@@ -119,6 +119,10 @@ cdef class Chain(BaseChain):
     cdef double* var_mean
     cdef double* var_m2
     cdef public long long variance_count
+    # the warm-up's probe bound (bound_probes; _integrators.widen_bound)
+    cdef object _bound
+    cdef double* bound
+    cdef readonly bint bounded
 
     def __init__(self, CTarget dynamics, CTarget test=None, Metric metric=None,
                  Integrator integrator=None, double max_energy_error=1000.0,
@@ -156,6 +160,10 @@ cdef class Chain(BaseChain):
         self._variance = np.zeros((2, self.dim))
         cdef double[:, ::1] var = self._variance
         self.var_mean, self.var_m2 = &var[0, 0], &var[1, 0]
+        self._bound = np.zeros((4, self.dim))
+        cdef double[:, ::1] bound = self._bound
+        self.bound = &bound[0, 0]
+        self.bounded = False
         self.has_state = False
         self.step_size = NAN
 
@@ -241,12 +249,14 @@ cdef class Chain(BaseChain):
                     n_metric_evals=self.n_metric_evals,
                     n_metric_derivative_evals=self.n_metric_derivative_evals, dual_averaging=da,
                     variance_count=self.variance_count,
-                    variance_mean=self._variance[0].copy(), variance_m2=self._variance[1].copy())
+                    variance_mean=self._variance[0].copy(), variance_m2=self._variance[1].copy(),
+                    bound=self._bound.copy() if self.bounded else np.zeros((0, self.dim)))
 
     def set_state(self, state, bint counters=True):
         """Restore a state of ``get_state`` exactly (no evaluation: the cached potentials and
         gradient are taken as they were, so a continued chain repeats the uninterrupted one).
-        ``counters=False`` starts the evaluation counters from zero instead."""
+        ``counters=False`` (a new phase from where the last one ended) starts the evaluation
+        counters from zero instead, and without the probe bound (see ``bound_probes``)."""
         position = np.asarray(state["position"], dtype=np.float64)
         gradient = np.asarray(state["gradient"], dtype=np.float64)
         mean = np.asarray(state["variance_mean"], dtype=np.float64)
@@ -278,10 +288,36 @@ cdef class Chain(BaseChain):
         self.variance_count = int(state["variance_count"])
         self._variance[0] = mean
         self._variance[1] = m2
+        bound = state.get("bound") if counters else None  # (older checkpoints have none)
+        self.bounded = bound is not None and np.size(bound) > 0
+        if self.bounded:
+            self._bound[:] = np.asarray(bound, dtype=np.float64).reshape(4, self.dim)
         self.has_state = True
 
     # ------------------------------------------------------------------------------------------
     # warm-up adaptation
+
+    def bound_probes(self, bint on):
+        """Bound where the warm-up's trajectories go (``on``), or stop bounding them.
+
+        While bounded, a leapfrog step that would leave a box around the points the chain has
+        seen is stopped there as a divergence, before the model is evaluated at that point:
+        the box is the bounding box of the chain's start and of every step of its trajectories
+        that did not diverge, widened on each side by ``PROBE_MARGIN`` (4) times its width in
+        that coordinate (at least ``PROBE_MARGIN``), so it grows as the trajectories go. A
+        trajectory of steps small next to what the chain has seen is never stopped; a step
+        that jumps far past all of it is. Early in a warm-up a step size or metric that does not fit the posterior yet
+        makes a trajectory diverge exponentially; without the bound the model is asked for
+        points absurdly far out (where a stiff ODE solve may never return). The bound makes
+        the transitions depend on the chain's past, so it is for the warm-up only: a new phase
+        starts without it (``set_state(..., counters=False)``).
+        """
+        if on and not self.has_state:
+            raise RuntimeError("set_position must be called before bound_probes")
+        self.bounded = on
+        if on:
+            self._bound[0] = self._bound[1] = self.position
+            widen_bound(self.bound, self.dim, self.q)
 
     def restart_step_size_adaptation(self, double step_size, double target_accept):
         """Start dual averaging from ``step_size`` (shrinking towards log(10 step_size))."""
@@ -330,11 +366,17 @@ cdef class Chain(BaseChain):
                                          "(a metric that changes between calls?)")
         return 0
 
-    cdef int trajectory(self, Py_ssize_t n_steps, double* U_dyn_new, double* kinetic_new,
-                        TrajectoryInfo* info) except -1 nogil:
-        """Integrate from (q, p) into (q_new, p), counting the evaluations."""
+    cdef int trajectory(self, Py_ssize_t n_steps, double start_energy, double* U_dyn_new,
+                        double* kinetic_new, TrajectoryInfo* info) except -1 nogil:
+        """Integrate from (q, p) into (q_new, p), counting the evaluations; the leapfrog
+        stops at a step whose energy of the dynamics exceeds ``start_energy`` (that of (q, p))
+        by more than ``max_energy_error``, or that leaves the probe bound."""
         memcpy(self.q_new, self.q, self.dim * sizeof(double))
         memcpy(self.grad_new, self.grad, self.dim * sizeof(double))
+        self.integrator.energy_limit = (start_energy + self.max_energy_error
+                                        if isfinite(start_energy) else INFINITY)
+        self.integrator.bound = self.bound if self.bounded else NULL
+        info.max_energy = -INFINITY
         self.integrator.run(self.dynamics, self.metric, self.scratch, self.q_new, self.p,
                             self.grad_new, self.v, self.step_size, n_steps,
                             self.need_dynamics_potential, U_dyn_new, kinetic_new, info)
@@ -346,7 +388,7 @@ cdef class Chain(BaseChain):
     cdef int transition(self, bitgen_t* bitgen, const RunSettings* settings,
                         Transition* record) except -1 nogil:
         cdef Py_ssize_t length
-        cdef double kinetic0, H0, dH, dH_dyn, U_dyn_new, U_test_new, kinetic_new, prob
+        cdef double kinetic0, H0, H0_dyn, dH, dH_dyn, U_dyn_new, U_test_new, kinetic_new, prob
         cdef bint accept, diverged, failed
         cdef double* tmp
         cdef TrajectoryInfo info
@@ -357,8 +399,16 @@ cdef class Chain(BaseChain):
                   if settings.jitter else settings.n_steps)
         kinetic0 = self.metric.kinetic(self.p, self.v)
         H0 = self.U_test + kinetic0
-        self.trajectory(length, &U_dyn_new, &kinetic_new, &info)
+        H0_dyn = self.U_dyn + kinetic0
+        self.trajectory(length, H0_dyn, &U_dyn_new, &kinetic_new, &info)
         diverged = info.diverged
+        if not diverged and info.max_energy > -INFINITY:
+            # The leapfrog stopped any trajectory that rose max_energy_error above its start;
+            # the reversed trajectory, from the end, must have been stopped by the same rule:
+            # the rule is then a function of the trajectory's set of states, and the proposal
+            # stays an involution (docs/algorithms.md, section 1)
+            diverged = (max(info.max_energy, H0_dyn) - min(H0_dyn, U_dyn_new + kinetic_new)
+                        > self.max_energy_error)
         failed = not info.converged
         if failed:
             self.n_solver_failures += 1
@@ -475,7 +525,7 @@ cdef class Chain(BaseChain):
             raise RuntimeError("set_position must be called before energy_error_of_one_step")
         bit_generator = generator.bit_generator
         cdef bitgen_t* bitgen = get_bitgen(bit_generator)
-        cdef double H0, U_dyn_new, kinetic_new, saved = self.step_size
+        cdef double H0, kinetic0, U_dyn_new, kinetic_new, saved = self.step_size
         cdef double U_test_new = INFINITY
         cdef TrajectoryInfo info
         self.step_size = step_size
@@ -483,8 +533,9 @@ cdef class Chain(BaseChain):
             with bit_generator.lock, nogil:
                 self.prepare_metric()
                 self.metric.draw_momentum(bitgen, self.p)
-                H0 = self.U_test + self.metric.kinetic(self.p, self.v)
-                self.trajectory(1, &U_dyn_new, &kinetic_new, &info)
+                kinetic0 = self.metric.kinetic(self.p, self.v)
+                H0 = self.U_test + kinetic0
+                self.trajectory(1, self.U_dyn + kinetic0, &U_dyn_new, &kinetic_new, &info)
                 if isfinite(kinetic_new) and info.converged:
                     U_test_new = self.test_potential_of_proposal(U_dyn_new)
         finally:
@@ -507,7 +558,8 @@ cdef class Chain(BaseChain):
         cdef double U_dyn_new, U_test_new, kinetic_new
         cdef TrajectoryInfo info
         self.step_size = step_size
-        self.trajectory(n_steps, &U_dyn_new, &kinetic_new, &info)
+        self.trajectory(n_steps, self.U_dyn + self.metric.kinetic(self.p, self.v), &U_dyn_new,
+                        &kinetic_new, &info)
         U_test_new = self.test_potential_of_proposal(U_dyn_new) if isfinite(kinetic_new) else INFINITY
         result = (np.array(<double[:self.dim]> self.q_new), np.array(<double[:self.dim]> self.p),
                   U_dyn_new, U_test_new)

@@ -22,8 +22,8 @@ from rnshmc._kernels._targets import PyCallableTarget
 from rnshmc._kernels._transition import Chain
 from rnshmc.targets import as_ctarget
 
-from testkit import (check_covariance, check_mean, harmonic_target, hmc_sample,
-                     log_gamma_statistics, log_gamma_target, make_chain, mean_within_mcse,
+from testkit import (check_covariance, check_mean, covariance_within_mcse, harmonic_target,
+                     hmc_sample, log_gamma_statistics, log_gamma_target, make_chain, mean_within_mcse,
                      run_chain, rng_seed)
 
 SEEDS = [0, 1, 2]
@@ -41,8 +41,9 @@ LOG_GAMMA_SHAPE = 2.0
 def test_power_check_broken_accept_rules_fail(rule):
     """The moment check of test_hmc's log-Gamma test on chains built from the same leapfrog
     with a broken Metropolis rule must fail: the statistical test has power against the bugs
-    it is for."""
-    chain = make_chain(log_gamma_target(LOG_GAMMA_SHAPE), 1)
+    it is for. (Its leapfrog does not watch the energy: a broken chain climbing to ever
+    higher energies would otherwise be held back where a trajectory rises by 1000.)"""
+    chain = make_chain(log_gamma_target(LOG_GAMMA_SHAPE), 1, max_energy_error=math.inf)
     generator = np.random.default_rng(rng_seed(0))
     eps, n_steps, draws = 1.05, 3, 3000
     chains = []
@@ -163,6 +164,80 @@ def test_max_energy_error_is_respected():
     assert not np.any(strict.accepted & strict.diverging)
     # the lenient run does have such proposals, accepted now and then
     assert np.any((lenient.accept_prob < math.exp(-0.5)) & lenient.accepted)
+
+
+def recording_harmonic(dim):
+    """U = q^T q / 2 as a Python target that keeps every point it is asked for."""
+    asked = []
+
+    def logp_and_grad(q):
+        asked.append(np.array(q))
+        return -0.5 * float(q @ q), -q
+
+    return Target(None, logp_and_grad=logp_and_grad, dim=dim), asked
+
+
+def test_a_trajectory_stops_at_its_first_diverging_step():
+    """An unstable leapfrog (step 2.5 on a unit harmonic oscillator: each step multiplies the
+    amplitude by about 4) stops at the first step whose energy rises max_energy_error above
+    the start: nothing is evaluated past it, where 40 steps would reach |q| ~ 1e24."""
+    target, asked = recording_harmonic(2)
+    chain = make_chain(target, 2, max_energy_error=50.0)
+    chain.set_position(np.array([0.3, -0.2]))
+    asked.clear()
+    out = run_chain(chain, np.random.default_rng(rng_seed(3)), 20, 2.5, 40)
+    assert np.all(out["diverging"]) and np.all(out["n_steps"] < 40)
+    assert len(asked) == out["n_steps"].sum()          # one evaluation a step, none after
+    # every point but a trajectory's last is within the energy limit (H0 + 50, H0 < 20 here)
+    assert np.max(np.abs(np.concatenate(asked))) < 100.0
+
+
+def simulated_chain_with_one_sided_watch(eps, n_steps, limit, draws, generator):
+    """A NumPy HMC chain on N(0, 1) whose trajectories stop where the energy rises ``limit``
+    above the start, without the same check from the end (the rule the chain must not have):
+    returns its draws."""
+    q, draws_ = 0.0, np.empty(draws)
+    for i in range(draws):
+        p = generator.standard_normal()
+        H0, x, v, stopped = 0.5 * (q * q + p * p), q, p, False
+        for _ in range(n_steps):
+            v -= 0.5 * eps * x
+            x += eps * v
+            v -= 0.5 * eps * x
+            if 0.5 * (x * x + v * v) > H0 + limit:
+                stopped = True
+                break
+        H1 = 0.5 * (x * x + v * v)
+        if not stopped and generator.uniform() < math.exp(min(0.0, H0 - H1)):
+            q = x
+        draws_[i] = q
+    return draws_
+
+
+@pytest.mark.parametrize("seed", SEEDS[:2])
+def test_stopping_diverging_trajectories_keeps_the_chain_exact(seed):
+    """The energy watch rejects a trajectory whose highest energy is more than
+    max_energy_error above its start or its end, a rule that reads the same from either end
+    (docs/algorithms.md, section 1). With a watch that trips on a third of the trajectories
+    the chain still samples N(0, I); the one-sided rule (stop above the start only) would
+    shrink the variance to about 0.43, and the same check catches it."""
+    eps, n_steps, limit, draws = 1.2, 3, 0.3, 20000
+    out = []
+    for c in range(2):
+        chain = make_chain(harmonic_target(2), 2, max_energy_error=limit)
+        chain.set_position(np.zeros(2))
+        out.append(run_chain(chain, np.random.default_rng(rng_seed(seed) + 100 * c), draws,
+                             eps, n_steps))
+    samples = np.stack([o["samples"] for o in out])
+    assert 0.1 < np.mean([o["diverging"].mean() for o in out]) < 0.9
+    check_covariance(samples, np.zeros(2), np.eye(2))
+    # power: the one-sided rule fails the same check
+    generator = np.random.default_rng(rng_seed(seed))
+    one_sided = np.stack([simulated_chain_with_one_sided_watch(eps, n_steps, limit, draws,
+                                                               generator)[:, None]
+                          for _ in range(2)])
+    z, tol = covariance_within_mcse(one_sided, np.zeros(1), np.eye(1))
+    assert np.any(np.abs(z) > tol)
 
 
 # ============================================================================================

@@ -89,3 +89,4 @@ def test_the_surrogate_path_matches_a_long_reference_on_a_logistic_model(seed):
     assert res.choice["sampler"] == "ARNS-HMC"
     # the reference's Monte Carlo error is a tenth of the run's: compare with its mean
     check_mean(res.samples, reference.samples.reshape(-1, 4).mean(axis=0))
+

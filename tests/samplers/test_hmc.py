@@ -13,6 +13,7 @@ step and divergences (test_transition.py) and the warm-up adaptation (test_adapt
 """
 import concurrent.futures
 import multiprocessing
+import sys
 
 import numpy as np
 import pytest
@@ -244,6 +245,61 @@ def test_exception_at_initial_point_propagates():
     assert "failing_logp_at_start" in traceback_names(excinfo)
 
 
+class RecordingGaussian:
+    """N(mean, sd^2 I) as a model that keeps every point it is asked for."""
+
+    def __init__(self, mean, sd):
+        self.mean, self.sd, self.asked = np.asarray(mean, dtype=float), sd, []
+        self.dim = len(self.mean)
+
+    def log_density(self, q):
+        return self.log_density_gradient(q)[0]
+
+    def log_density_gradient(self, q):
+        self.asked.append(np.array(q))
+        r = (q - self.mean) / self.sd
+        return -0.5 * float(r @ r), -r / self.sd
+
+
+@pytest.mark.parametrize("seed", SEEDS[:2])
+def test_the_warm_up_never_asks_the_model_for_points_far_out(seed):
+    """A narrow Gaussian (sd 0.02) 4 units from the start: the gradient there is about 1e4,
+    so the step-size search's first step of size 1 and the unstable early trajectories
+    reached |q| ~ 6000 (and 4e13 with the trajectories run to their end). The warm-up's
+    steps stay in a box around the points the chain has seen, widened by four times its width
+    (at least 4) on each side: the origin and the mode span about 4 units, so nothing beyond
+    about 4 + 4 * 4 is asked for (10 at most, measured), and the posterior is still right."""
+    model = RecordingGaussian([-0.23, 3.92], 0.02)
+    res = hmc_sample(model, draws=1000, tune=1000, rng=seed, init=[0.0, 0.0])
+    asked = np.array(model.asked)
+    assert np.max(np.abs(asked)) < 25.0
+    check_mean(res.samples, model.mean)
+
+
+@pytest.mark.parametrize("seed", SEEDS[:2])
+def test_a_posterior_far_from_the_start_is_still_reached(seed):
+    """The probe bound grows with every step (docs/algorithms.md, section 1): from the
+    default start, 170 units from a posterior of scale 1, the warm-up still gets there and
+    the chains converge to it."""
+    mean = np.array([100.0, 90.0, 110.0])
+    model = rnshmc.models.Gaussian(mean, covariance=np.eye(3))
+    res = HMC(model).sample(1000, chains=4, rng=rng_seed(seed), progress=False)
+    assert res.converged, res.convergence_problems
+    check_mean(res.samples, mean)
+
+
+def test_only_the_warm_up_is_bounded():
+    """The probe bound lives in the warm-up's kernel state (so a checkpoint restores it) and
+    is gone once the sampling phase starts."""
+    model = RecordingGaussian([1.0, -1.0], 0.5)
+    sampler = HMC(model)
+    states = sampler.init_states(50, tune=100, chains=1, rng=rng_seed(4))
+    states = sampler.run_states(states, progress=False, stop_after=60)
+    assert states[0].phase == "warmup" and states[0].kernel["bound"].shape == (4, 2)
+    states = sampler.run_states(states, progress=False)
+    assert states[0].done and states[0].kernel["bound"].size == 0
+
+
 @pytest.mark.parametrize("call", [5, 300])
 @pytest.mark.parametrize("tune", [0, 100])
 def test_exception_inside_the_c_loop_propagates(call, tune):
@@ -253,6 +309,17 @@ def test_exception_inside_the_c_loop_propagates(call, tune):
         hmc_sample(target, draws=1000, tune=tune, step_size=None if tune else 0.3)
     assert "user_logp_and_grad_that_fails_later" in traceback_names(excinfo)
     assert failing.calls == call  # stopped at once
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="exception notes are Python 3.11's")
+def test_a_models_exception_names_the_callable_and_the_point():
+    failing = FailsLater(5)
+    target = Target(None, logp_and_grad=failing.user_logp_and_grad_that_fails_later, dim=2)
+    with pytest.raises(UserModelError) as excinfo:
+        hmc_sample(target, draws=100, step_size=0.3, init=[0.5, -0.5])
+    notes = getattr(excinfo.value, "__notes__", [])
+    assert any("logp_and_grad (FailsLater.user_logp_and_grad_that_fails_later) at q = ["
+               in note for note in notes), notes
 
 
 def test_exception_in_grad_logp_propagates_from_thread_pool():
