@@ -42,7 +42,11 @@ def runs_in_other_processes(pool):
     return isinstance(pool, ProcessPoolExecutor) or is_dask(pool)
 
 
-def map_chains(function, tasks, pool=None, stop=None):
+# seconds between two calls of map_chains' while_waiting (a progress bar's refresh)
+WAITING_INTERVAL = 0.2
+
+
+def map_chains(function, tasks, pool=None, stop=None, while_waiting=None):
     """``[function(task) for task in tasks]``, on ``pool`` if given: a
     ``concurrent.futures.Executor`` or a ``dask.distributed.Client`` (or its executor; tasks
     are submitted with ``pure=False``: each is a new computation).
@@ -56,7 +60,10 @@ def map_chains(function, tasks, pool=None, stop=None):
     per task, None for a task that never started. With ``stop``, a task that does not return
     (the pool failed: a Dask worker that died more often than the task may be retried, a
     broken process pool) raises its exception likewise, with ``outcomes`` of the finished
-    tasks (None for the others, which are cancelled).
+    tasks (None for the others, which are cancelled). ``while_waiting``: called every
+    ``WAITING_INTERVAL`` seconds while the calling thread waits for the tasks of an executor
+    (not a Dask client), and once at the end (where the chains' progress is drawn, see
+    :class:`rnshmc.samplers._progress.ProgressBoard`).
     """
     if pool is None:
         return [function(task) for task in tasks]
@@ -76,6 +83,11 @@ def map_chains(function, tasks, pool=None, stop=None):
                 futures = [client.submit(_call, function, task, pure=False) for task in tasks]
             else:
                 futures = [pool.submit(function, task) for task in tasks]
+        if while_waiting is not None and not is_dask(pool):
+            from concurrent.futures import wait
+            while wait(futures, timeout=WAITING_INTERVAL)[1]:
+                while_waiting()
+            while_waiting()
         return [future.result() for future in futures]
     except KeyboardInterrupt as interrupt:
         if stop is None:
@@ -281,7 +293,7 @@ def local_pool(chains, processes):
                                    initializer=_limit_blas, initargs=(blas,))
         pool._rnshmc_owned = True
         with pool:
-            with _main_module_hidden():  # the workers start on these submits
+            with main_module_hidden():  # the workers start on these submits
                 for started in [pool.submit(os.getpid) for _ in range(workers)]:
                     started.result()
             try:
@@ -300,7 +312,7 @@ def local_pool(chains, processes):
 
 
 @contextlib.contextmanager
-def _main_module_hidden():
+def main_module_hidden():
     """Spawned processes started in this block do not import the user's main module.
 
     A spawned worker first runs the parent's ``__main__`` (found by its ``__spec__`` or

@@ -7,17 +7,19 @@ this process, whatever the pool: the draws do not depend on the executor) and th
 between checkpoints. One chain's run is :func:`rnshmc.samplers._runner.run_chain`.
 """
 import contextlib
+import os
 import pickle
 import time
+import traceback
 
 import numpy as np
 
 from .._kernels._targets import PyCallableTarget
 from .._kernels._chain import StopRequested
-from ..parallel import (blas_limits, interruptible, local_pool, map_chains,
+from ..parallel import (blas_limits, interruptible, is_dask, local_pool, map_chains,
                         runs_in_other_processes, stop_after_transition, threads_per_chain)
 from ..targets import as_ctarget
-from ._progress import new_run
+from ._progress import new_run, progress_board
 from ._runner import Budget, run_chain
 
 __all__ = ["chain_pool", "run_states", "run_to_end", "join_barriers"]
@@ -76,20 +78,63 @@ def chain_pool(sampler, pool, chains, dim):
 
 class _RunInProcess:
     """A picklable chain run for other processes (the target is rebuilt there; the stop flag
-    is the worker's own; a SIGINT stops the chain, see ``parallel.interruptible``)."""
+    is the worker's own; a SIGINT stops the chain, see ``parallel.interruptible``). Its
+    progress goes to ``relay`` (a :class:`~rnshmc.samplers._progress.ProgressBoard`'s queue,
+    or None), and an exception keeps its traceback (see :func:`with_remote_traceback`)."""
 
-    def __init__(self, sampler, budget):
+    def __init__(self, sampler, budget, relay=None):
         # (a deadline travels as seconds from the task's start: clocks differ between hosts)
-        self.sampler, self.budget = sampler, budget
+        self.sampler, self.budget, self.relay = sampler, budget, relay
         self.seconds = None if budget.deadline is None else budget.deadline - time.monotonic()
 
     def __call__(self, state):
         b = self.budget
         deadline = None if self.seconds is None else time.monotonic() + self.seconds
-        with interruptible():
-            return run_chain(self.sampler, state, as_ctarget(self.sampler.target, state.dim),
-                             budget=Budget(b.iterations, deadline, b.until, b.evals),
-                             stop_flag=np.zeros(1, dtype=np.int32))
+        try:
+            with interruptible():
+                return run_chain(self.sampler, state,
+                                 as_ctarget(self.sampler.target, state.dim),
+                                 progress=self.relay is not None,
+                                 budget=Budget(b.iterations, deadline, b.until, b.evals),
+                                 stop_flag=np.zeros(1, dtype=np.int32), relay=self.relay)
+        except Exception as error:  # (a Ctrl-C's KeyboardInterrupt needs no traceback)
+            raise with_remote_traceback(error, f"{self.sampler.name} chain {state.chain}, in "
+                                               f"worker process {os.getpid()}")
+
+
+class RemoteTraceback(Exception):
+    """The traceback of an exception raised in another process (its ``__cause__`` when it is
+    raised here, as ``concurrent.futures`` does: the user's frames are shown)."""
+
+    def __init__(self, text):
+        super().__init__(text)
+        self.text = text
+
+    def __str__(self):
+        return self.text
+
+
+def with_remote_traceback(error, where):
+    """``error`` (raised in this worker process, on its way to the calling one) with its
+    formatted traceback attached as ``remote_traceback``: pickling drops a traceback. An
+    exception that does not pickle becomes a RuntimeError with its type and message."""
+    text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    try:
+        pickle.loads(pickle.dumps(error))
+    except Exception:  # noqa: BLE001 - whatever an unpicklable exception raises
+        error = RuntimeError(f"{type(error).__name__}: {error} (an exception that cannot be "
+                             "sent back from a worker process)")
+    error.remote_traceback = f'\n"""\n{where}:\n{text}"""'
+    return error
+
+
+def raise_with_remote_traceback(error):
+    """Raise ``error``, chained to its traceback from another process if it has one."""
+    text = getattr(error, "remote_traceback", None)
+    if text is None:
+        raise error
+    del error.remote_traceback  # (raised again later, e.g. by sample(), it keeps its cause)
+    raise error from RemoteTraceback(text)
 
 
 class _Guarded:
@@ -111,18 +156,26 @@ class _Guarded:
             return state, error
 
 
-def run_states(sampler, states, progress=True, pool=None, budget=None):
+def run_states(sampler, states, progress=True, pool=None, budget=None, board=None):
     """Continue every chain's state (on ``pool`` if given: an executor or a Dask client) until
     each is done, has spent ``budget`` or waits at a barrier; returns the states.
 
     If a chain fails (an exception from the model) or the run is interrupted (Ctrl-C), the
     other chains stop after their current transition, every state keeps the transitions
     made, and the exception is raised with the states in its ``states`` attribute (the first
-    failure's exception; a Ctrl-C's KeyboardInterrupt)."""
+    failure's exception; a Ctrl-C's KeyboardInterrupt). An exception from a chain in another
+    process is chained to its traceback there (the model's frames).
+
+    ``board``: where the progress of chains on a process pool is drawn (a
+    :class:`~rnshmc.samplers._progress.ProgressBoard`; made for this call if None)."""
     budget = budget or Budget()
+    if board is None and progress and relays_progress(pool):
+        with progress_board(True) as board:
+            return run_states(sampler, states, progress, pool, budget, board)
     stop = np.zeros(1, dtype=np.int32)  # this run's stop flag, watched by its C loops
     if pool is not None and runs_in_other_processes(pool):
-        run = _RunInProcess(sampler, budget)  # (the target is rebuilt there)
+        # (the target is rebuilt there)
+        run = _RunInProcess(sampler, budget, board.relay if progress and board else None)
     else:
         target = as_ctarget(sampler.target, states[0].dim)  # shared: it holds no scratch
         several = len(states) > 1 and pool is not None
@@ -138,7 +191,8 @@ def run_states(sampler, states, progress=True, pool=None, budget=None):
     here = pool is None or not runs_in_other_processes(pool)
     try:
         with stop_after_transition(stop) if here else contextlib.nullcontext([False]) as ctrl_c:
-            outcomes = map_chains(_Guarded(run, stop), states, pool, stop)
+            outcomes = map_chains(_Guarded(run, stop), states, pool, stop,
+                                  while_waiting=board.draw if board else None)
     except BaseException as error:
         # a Ctrl-C while waiting for a pool's chains, or the pool failed (a Dask worker died
         # more often than the task may, a process pool broke): map_chains gives each chain's
@@ -158,8 +212,14 @@ def run_states(sampler, states, progress=True, pool=None, budget=None):
     if errors:
         error = failure or errors[0]
         error.states = states
-        raise error
+        raise_with_remote_traceback(error)
     return states
+
+
+def relays_progress(pool):
+    """Whether the chains' progress on ``pool`` goes through a :class:`ProgressBoard`: a
+    process pool (a Dask cluster shows its tasks on its own dashboard)."""
+    return pool is not None and runs_in_other_processes(pool) and not is_dask(pool)
 
 
 def join_barriers(sampler, states, until=None):
@@ -192,7 +252,9 @@ def run_to_end(sampler, states, progress=True, pool="auto", checkpointer=None, r
     record = None
     new_run()  # (status lines in a log: every chain's first at once)
     written = (time.monotonic(), progress_of(states))  # (when and where the last checkpoint)
-    with chain_pool(sampler, pool, len(states), states[0].dim) as executor:
+    with contextlib.ExitStack() as stack:
+        executor = stack.enter_context(chain_pool(sampler, pool, len(states), states[0].dim))
+        board = stack.enter_context(progress_board(progress and relays_progress(executor)))
         while not all(s.done for s in states) or (rule is not None and record is None):
             # a rule's checks end segments too: the checkpoint's interval counts from the last
             deadline = None if seconds is None else written[0] + seconds
@@ -209,7 +271,7 @@ def run_to_end(sampler, states, progress=True, pool="auto", checkpointer=None, r
                         else rule.budget(sampler, states, iterations, deadline)
                     before = positions(sampler, states)
                     states = run_states(sampler, states, progress=progress, pool=executor,
-                                        budget=budget)
+                                        budget=budget, board=board)
                     join_barriers(sampler, states, budget.until)
                     if positions(sampler, states) == before:  # never loop in silence
                         raise RuntimeError(f"{sampler.name}: no chain moved in a segment (a "

@@ -1,13 +1,21 @@
 """Progress bars: they only draw (tqdm when installed and wanted, on a terminal or in a
 notebook; a status line now and then when the output goes to a file or a pipe; silent
-otherwise)."""
+otherwise).
+
+Chains in other processes (a process pool) draw nothing themselves: their bars are
+:class:`RelayedProgress`, which send what they would draw through a queue to the calling
+process, where a :class:`ProgressBoard` draws it while the run waits for the chains (a bar, or
+the status lines of a log, as for chains on threads).
+"""
+import contextlib
 import math
+import queue as queues
 import sys
 import time
 
 import numpy as np
 
-__all__ = ["Progress", "new_run"]
+__all__ = ["Progress", "RelayedProgress", "ProgressBoard", "progress_board", "new_run"]
 
 # seconds between a chain's status lines when standard error is not a terminal (a batch job's
 # log): a bar's carriage returns would fill the log with partial lines
@@ -72,9 +80,13 @@ class Progress:
                 print(f"{self.desc}: {self.done} of {self.total} iterations{status}",
                       file=sys.stderr, flush=True)
 
+    def shown(self):
+        """Whether anything is drawn (a bar or status lines)."""
+        return self.bar is not None or self.log
+
     def transitions_done(self, phase, records):
         """Advance by the transitions in ``records`` (TRANSITION rows) of ``phase``."""
-        if self.bar is None and not self.log:
+        if not self.shown():
             return
         if phase != self.phase:
             self.phase, self.accepted, self.divergent, self.transitions = phase, 0, 0, 0
@@ -88,3 +100,86 @@ class Progress:
     def close(self):
         if self.bar is not None:
             self.bar.close()
+
+
+class RelayedProgress(Progress):
+    """A chain's bar in another process: what it would draw goes to ``relay`` (a queue
+    proxy of :class:`ProgressBoard`), as ``(chain, event, ...)`` messages."""
+
+    def __init__(self, relay, chain, total, desc):
+        self.relay, self.chain = relay, chain
+        self.phase, self.accepted, self.divergent, self.transitions = None, 0, 0, 0
+        self.send("open", total, desc)
+
+    def send(self, *message):
+        try:
+            self.relay.put((self.chain,) + message)
+        except (OSError, EOFError):  # the calling process has gone: nobody to draw for
+            pass
+
+    def shown(self):
+        return True
+
+    def update(self, n, **postfix):
+        self.send("update", n, postfix)
+
+    def close(self):
+        self.send("close")
+
+
+class ProgressBoard:
+    """The calling process's bars of chains that run elsewhere (see the module docstring).
+
+    Parameters
+    ----------
+    relay : queue-like
+        Where the chains' :class:`RelayedProgress` send their messages (a
+        ``multiprocessing.Manager().Queue()`` proxy, which pickles to the workers).
+    """
+
+    def __init__(self, relay):
+        self.relay, self.bars = relay, {}
+
+    def draw(self):
+        """Draw every message sent so far."""
+        while True:
+            try:
+                chain, event, *args = self.relay.get_nowait()
+            except (queues.Empty, OSError, EOFError):
+                return
+            if event == "open":
+                total, desc = args
+                self.bars[chain] = Progress(True, total, desc, position=chain)
+            elif event == "update" and chain in self.bars:
+                n, postfix = args
+                self.bars[chain].update(n, **postfix)
+            elif event == "close" and chain in self.bars:
+                self.bars.pop(chain).close()
+
+    def close(self):
+        self.draw()
+        for bar in self.bars.values():
+            bar.close()
+        self.bars.clear()
+
+
+@contextlib.contextmanager
+def progress_board(wanted):
+    """A :class:`ProgressBoard` for chains on a process pool while the block runs (None if
+    progress is not ``wanted``): its queue lives in a manager process of its own (spawned:
+    a fork of a process with threads may deadlock), started here and stopped at the end."""
+    if not wanted:
+        yield None
+        return
+    import multiprocessing
+    from ..parallel import main_module_hidden
+    with main_module_hidden():  # (the manager starts here: see main_module_hidden)
+        manager = multiprocessing.get_context("spawn").Manager()
+    try:
+        board = ProgressBoard(manager.Queue())
+        try:
+            yield board
+        finally:
+            board.close()
+    finally:
+        manager.shutdown()

@@ -19,7 +19,7 @@ import numpy as np
 
 from .._kernels._chain import TRANSITION
 from ..state import generator_from_json, generator_to_json
-from ._progress import Progress
+from ._progress import Progress, RelayedProgress
 
 __all__ = ["Budget", "ChainRun", "run_chain", "exact_evaluations", "CHUNKS_PER_PHASE"]
 
@@ -210,7 +210,7 @@ class ChainRun:
 
 
 def run_chain(sampler, state, target, progress=False, budget=None, stop_flag=None,
-              position=None):
+              position=None, relay=None):
     """Continue one chain from ``state`` until its plan is done, its ``budget`` is spent
     (:class:`Budget`), or it waits at a barrier; ``state`` is updated in place and returned.
 
@@ -227,6 +227,9 @@ def run_chain(sampler, state, target, progress=False, budget=None, stop_flag=Non
         A raised flag stops the C loop between transitions (see ``Chain.set_stop_flag``).
     position : int or None
         The progress bar's line.
+    relay : queue-like or None
+        In another process: the calling process's progress queue, where the bar sends what
+        it would draw (see :class:`rnshmc.samplers._progress.ProgressBoard`).
     """
     if state.sampler != sampler.name:
         raise ValueError(f"this state belongs to a {state.sampler} chain, not {sampler.name}")
@@ -235,7 +238,9 @@ def run_chain(sampler, state, target, progress=False, budget=None, stop_flag=Non
     budget = budget or Budget()
     generator = generator_from_json(state.rng)
     total = min(budget.iterations_for(state), state.iterations_left())
-    bar = Progress(progress, total, f"{sampler.name} chain {state.chain}", position)
+    desc = f"{sampler.name} chain {state.chain}"
+    bar = RelayedProgress(relay, state.chain, total, desc) if progress and relay is not None \
+        else Progress(progress, total, desc, position)
     try:
         return ChainRun(sampler, state, target, generator, bar, stop_flag, budget).run()
     except BaseException:

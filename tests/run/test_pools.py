@@ -3,6 +3,7 @@ targets, spawned processes for Python callables from a module, serially otherwis
 threads limited per worker; Dask runs them on a LocalCluster bound to loopback; the same rng
 gives the same draws whatever runs the chains."""
 import os
+import sys
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 
@@ -23,6 +24,11 @@ def logp(q):
 
 def grad_logp(q):
     return -PRECISION @ q
+
+def logp_failing_past_one(q):
+    if q[0] > 1.0:
+        raise ArithmeticError("pools_model could not evaluate q[0] > 1")
+    return logp(q)
 '''
 
 
@@ -123,6 +129,35 @@ def test_progress_bars_under_a_thread_pool(capsys):
         rnshmc.HMC(model, n_steps=3).sample(200, tune=50, chains=2, rng=rng_seed(0), pool=pool)
     err = capsys.readouterr().err
     assert "HMC chain 0" in err and "HMC chain 1" in err
+
+
+@pytest.mark.skipif(CORES < 2, reason="one core: pool='auto' runs chains serially")
+def test_chains_on_processes_show_their_progress(module_target, capsys):
+    """Chains in spawned processes draw nothing themselves: their status lines reach the
+    calling process (here a log: standard error is not a terminal), the same as threads'."""
+    rnshmc.HMC(module_target, n_steps=3).sample(200, tune=50, chains=2, rng=rng_seed(0))
+    err = capsys.readouterr().err
+    for chain in (0, 1):
+        assert f"HMC chain {chain}: " in err and "iterations, phase warmup" in err
+
+
+@pytest.mark.skipif(CORES < 2, reason="one core: pool='auto' runs chains serially")
+def test_a_model_error_in_a_process_keeps_the_models_traceback(module_target):
+    """The exception raised in a worker reaches the caller chained to its traceback there,
+    which shows the model's own file and line, and names the chain."""
+    import pools_model
+    failing = rnshmc.Target(pools_model.logp_failing_past_one, grad_logp=pools_model.grad_logp,
+                            dim=2)
+    with pytest.raises(ArithmeticError, match="could not evaluate") as caught:
+        rnshmc.HMC(failing).sample(200, tune=100, chains=2, rng=rng_seed(1), progress=False,
+                                   init=[[1.5, 0.0], [1.5, 0.0]])
+    remote = caught.value.__cause__
+    assert remote is not None and "worker process" in str(remote)
+    assert "pools_model.py" in str(remote) and "logp_failing_past_one" in str(remote)
+    assert "HMC chain" in str(remote)
+    if sys.version_info >= (3, 11):  # (exception notes: the point the model failed at)
+        assert "rnshmc: raised by logp (logp_failing_past_one) at q = [1.5" in str(remote)
+    assert len(caught.value.states) == 2  # and nothing is lost
 
 
 # ------------------------------------------------------------------------------------------
