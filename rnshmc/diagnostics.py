@@ -41,6 +41,9 @@ __all__ = [
 ]
 
 _MIN_DRAWS = 4
+# the bulk and tail ESS a usable answer needs at least, per chain (Vehtari et al. 2021): the
+# one floor of `health`, a result's `converged` and the stopping rule's check
+ESS_PER_CHAIN = 100.0
 
 
 # ---------------------------------------------------------------------------
@@ -361,11 +364,24 @@ def rhat_and_ess_bulk(x):
 # ---------------------------------------------------------------------------
 
 
+# What a divergence means, and what to do. A chain's records do not tell a log density that
+# was not finite from an energy error past max_energy_error (both are a rejected proposal
+# marked diverging), so the advice names both, the model's case first: a smaller step size
+# does not help where the model is undefined.
+DIVERGENCE_ADVICE = (
+    "a proposal diverges where the log density is not finite (NaN or -inf) on its trajectory, "
+    "or where the energy error grows past max_energy_error. A log density that is not finite "
+    "inside the support means the model is undefined there: if a parameter is constrained "
+    "(positive, in (0, 1)), sample an unconstrained transform of it (log, logit), or return "
+    "-inf outside its support. Otherwise the integrator failed there and the region may be "
+    "under-explored: use a smaller step size (or a higher target_accept)")
+
+
 class SamplingWarning(RuntimeWarning):
     """The diagnostics of a run say its draws are not to be trusted as they are."""
 
 
-def health(samples, diverging=None, rhat_limit=1.01, ess_per_chain=100.0):
+def health(samples, diverging=None, rhat_limit=1.01, ess_per_chain=ESS_PER_CHAIN):
     """The checks Stan and PyMC make after sampling, and what failed.
 
     Parameters
@@ -412,9 +428,7 @@ def health(samples, diverging=None, rhat_limit=1.01, ess_per_chain=100.0):
                                 f"draws for reliable {'means' if name == 'bulk' else 'quantiles'}")
     if checks["n_divergent"]:
         problems.append(f"{checks['n_divergent']} divergent transitions of {chains * draws} "
-                        f"({checks['n_divergent'] / (chains * draws):.1%}): the integrator "
-                        "failed there and the region may be under-explored; use a smaller "
-                        "step size (or a higher target_accept)")
+                        f"({checks['n_divergent'] / (chains * draws):.1%}): {DIVERGENCE_ADVICE}")
     return checks, problems
 
 
@@ -522,7 +536,7 @@ class Summary(dict):
             row = [str(name)]
             for k in cols:
                 v = float(self[k][i])
-                fmt = {"ess": ".0f", "rhat": ".3f"}.get(k, ".4g")
+                fmt = {"ess_bulk": ".0f", "ess_tail": ".0f", "rhat": ".3f"}.get(k, ".4g")
                 row.append(format(v, fmt))
             rows.append(row)
         widths = [max(len(r[j]) for r in rows) for j in range(len(rows[0]))]
@@ -553,9 +567,11 @@ def summary(x, names=None, quantiles=(0.05, 0.5, 0.95)):
     -------
     Summary
         Dict (with attribute access) with keys ``'names'``, ``'mean'``,
-        ``'sd'``, ``'mcse_mean'``, the quantile keys, ``'ess'`` (capped,
-        see :func:`ess`) and ``'rhat'``; each value has shape ``(dim,)``.
-        Mean, sd (ddof=1) and quantiles are over all draws pooled.
+        ``'sd'``, ``'mcse_mean'``, the quantile keys, ``'ess_bulk'`` and
+        ``'ess_tail'`` (:func:`ess_bulk` and :func:`ess_tail`: the rank-normalised
+        ESS of Vehtari et al. that ArviZ's ``summary`` reports under the same names, and
+        that a run's stopping rule and ``converged`` check) and ``'rhat'``; each value has
+        shape ``(dim,)``. Mean, sd (ddof=1) and quantiles are over all draws pooled.
 
     Raises
     ------
@@ -586,6 +602,8 @@ def summary(x, names=None, quantiles=(0.05, 0.5, 0.95)):
     out["mcse_mean"] = np.atleast_1d(mcse_mean(x))
     for key, q in zip(qkeys, np.quantile(flat, qs, axis=0)):
         out[key] = q
-    out["ess"] = np.atleast_1d(ess(x))
+    with np.errstate(invalid="ignore", divide="ignore"):  # (a constant coordinate: NaN)
+        out["ess_bulk"] = np.atleast_1d(ess_bulk(x))
+        out["ess_tail"] = np.atleast_1d(ess_tail(x))
     out["rhat"] = np.atleast_1d(rhat(x))
     return out

@@ -343,8 +343,9 @@ def run_lines(result):
         stop = result["stopping"]
         line = f"stopped: {stop['reason']} after {stop['draws']} draws per chain"
         if stop.get("ess") is not None:
-            line += (f" (min bulk ESS {stop['ess']:.0f} for {stop['ess_target']:g} wanted, "
-                     f"max R-hat {stop['rhat']:.3f})")
+            line += (f" (min bulk ESS {stop['ess']:.0f} for {stop['ess_target']:g} wanted"
+                     + (f", min tail ESS {stop['ess_tail']:.0f}" if "ess_tail" in stop else "")
+                     + f", max R-hat {stop['rhat']:.3f})")
         lines.append(line + f", {stop['seconds']:.3g} s")
     if "cost" in result:
         lines += cost_lines(result["cost"])

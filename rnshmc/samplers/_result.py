@@ -4,7 +4,7 @@ import warnings
 
 import numpy as np
 
-from ..diagnostics import SamplingWarning, health
+from ..diagnostics import DIVERGENCE_ADVICE, ESS_PER_CHAIN, SamplingWarning, health
 from ..results import SampleResult
 from ..state import ChainState
 from ..validation import user_stacklevel
@@ -13,6 +13,7 @@ __all__ = ["base_result", "cut_to", "warn_if_acceptance_collapsed"]
 
 # result["timings"] keys of the phases (others are keyed by their names)
 TIMING_NAMES = {"warmup": "tune", "exploration": "tune", "training": "train"}
+
 
 
 def base_result(name, states):
@@ -67,12 +68,13 @@ def base_result(name, states):
     return result
 
 
-def convergence_problems(result, rhat_limit=1.01, ess_per_chain=100.0):
+def convergence_problems(result, ess_per_chain=ESS_PER_CHAIN):
     """Why a result's draws are not yet a usable answer (empty: they are): R-hat above
-    ``rhat_limit``, bulk or tail ESS under ``ess_per_chain`` per chain (Vehtari et al.
-    2021), too few draws to tell, or a chain that never moved. Divergences are warned about
-    but are not in this list: they say where the draws may be biased, not that the chains
-    have not mixed.
+    1.01 (or the run's ``rhat=``), bulk or tail ESS under ``ess_per_chain`` per chain
+    (Vehtari et al. 2021), too few draws to tell, or a chain that never moved. A stopping
+    rule's "converged" checks the same (see :class:`~rnshmc.samplers._stopping.StoppingRule`).
+    Divergences are warned about but are not in this list: they say where the draws may be
+    biased, not that the chains have not mixed.
 
     Parameters
     ----------
@@ -85,6 +87,7 @@ def convergence_problems(result, rhat_limit=1.01, ess_per_chain=100.0):
     """
     checks = result["health"]
     chains = result.samples.shape[0]
+    rhat_limit = result.get("stopping", {}).get("rhat_target", 1.01)
     problems = []
     if np.isnan(checks["rhat_max"]) or np.isnan(checks["ess_bulk_min"]):
         problems.append(f"too few draws ({result.samples.shape[1]} per chain) to tell")
@@ -195,9 +198,8 @@ def warn_about_stuck_chains(name, result):
     """Warn about chains that never moved or whose every proposal diverged while sampling."""
     for chain in range(result.samples.shape[0]):
         if np.all(result.diverging[chain]):
-            warnings.warn(f"{name} chain {chain}: every proposal of the sampling phase diverged "
-                          "(energy error above max_energy_error or non-finite): its draws are "
-                          "all the same point. Use a smaller step size.",
+            warnings.warn(f"{name} chain {chain}: every proposal of the sampling phase diverged, "
+                          f"so its draws are all the same point: {DIVERGENCE_ADVICE}.",
                           RuntimeWarning, stacklevel=user_stacklevel())
         elif not np.any(result.accepted[chain]):
             warnings.warn(f"{name} chain {chain}: no proposal of the sampling phase was "

@@ -19,7 +19,7 @@ import warnings
 
 import numpy as np
 
-from ..diagnostics import SamplingWarning, rhat_and_ess_bulk
+from ..diagnostics import ESS_PER_CHAIN, SamplingWarning, ess_tail, rhat_and_ess_bulk
 from ..validation import check_integer, check_real, user_stacklevel
 from ._result import cut_to, sampling_draws
 from ._runner import Budget, exact_evaluations
@@ -44,8 +44,9 @@ class StoppingRule:
     Parameters
     ----------
     ess : float or None
-        Stop when the pooled minimum bulk ESS reaches it (and R-hat holds); None: after
-        ``draws``.
+        Stop when the draws have converged: the pooled minimum bulk ESS reaches it, R-hat
+        holds, and the bulk and tail ESS are at least ``ESS_PER_CHAIN`` (100) per chain, the
+        same check as a result's ``converged``; None: after ``draws``.
     rhat : float
         The largest R-hat allowed at the stop (default 1.01).
     max_evals : int or None
@@ -73,7 +74,7 @@ class StoppingRule:
             raise ValueError("give draws, ess or both")
         self.elapsed = float(elapsed)
         self.started = time.monotonic()
-        self.checked = None  # (draws, min ESS, max R-hat) of the last check
+        self.checked = None  # (draws, min bulk ESS, max R-hat, min tail ESS) of the last check
 
     @classmethod
     def from_run(cls, run):
@@ -140,7 +141,7 @@ class StoppingRule:
             if n == max(drawn) and n >= FIRST_CHECK and self.is_check(n):
                 samples = np.stack([s.outputs["sampling"]["samples"][:n] for s in states])
                 self.checked = (n,) + convergence(samples)
-                if self.checked[1] >= self.ess and self.checked[2] <= self.rhat:
+                if self.converged(*self.checked[1:], chains=len(states)):
                     return "converged"
         if all(s.done for s in states):
             return "draws"
@@ -150,6 +151,11 @@ class StoppingRule:
                 >= self.max_evals:
             return "max_evals"
         return None
+
+    def converged(self, ess, rhat, ess_tail, chains):
+        """Whether a check's (min bulk ESS, max R-hat, min tail ESS) is a usable answer."""
+        floor = ESS_PER_CHAIN * chains
+        return ess >= max(self.ess, floor) and ess_tail >= floor and rhat <= self.rhat
 
     def is_check(self, n):
         """Whether sampling iteration ``n`` is one of the checks."""
@@ -173,10 +179,10 @@ class StoppingRule:
             raise error
         if self.open_ended:
             if self.checked is not None and self.checked[0] == n:  # (checked at n already)
-                record["ess"], record["rhat"] = self.checked[1:]
+                record["ess"], record["rhat"], record["ess_tail"] = self.checked[1:]
             else:
                 samples = np.stack([s.outputs["sampling"]["samples"][:n] for s in states])
-                record["ess"], record["rhat"] = convergence(samples)
+                record["ess"], record["rhat"], record["ess_tail"] = convergence(samples)
             if reason != "converged":
                 warnings.warn(
                     f"{name}: stopped by the {reason_text(reason)} at {n} draws per chain, "
@@ -200,10 +206,11 @@ def reason_text(reason):
 
 
 def convergence(samples):
-    """(min bulk ESS, max R-hat) over the coordinates of ``samples`` (chains, draws, dim);
-    a constant coordinate (NaN) counts as not converged."""
+    """(min bulk ESS, max R-hat, min tail ESS) over the coordinates of ``samples`` (chains,
+    draws, dim); a constant coordinate (NaN) counts as not converged."""
     with np.errstate(invalid="ignore", divide="ignore"):
         r, bulk = map(np.atleast_1d, rhat_and_ess_bulk(samples))
-    if np.any(np.isnan(bulk)) or np.any(np.isnan(r)):
-        return 0.0, math.inf
-    return float(bulk.min()), float(r.max())
+        tail = np.atleast_1d(ess_tail(samples))
+    if np.any(np.isnan(bulk)) or np.any(np.isnan(r)) or np.any(np.isnan(tail)):
+        return 0.0, math.inf, 0.0
+    return float(bulk.min()), float(r.max()), float(tail.min())

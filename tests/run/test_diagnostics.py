@@ -281,7 +281,7 @@ def test_mcse_mean(seed):
 def test_summary():
     x = np.random.default_rng(rng_seed(0)).standard_normal((4, 500, 3)) + [0, 1, 2]
     s = diagnostics.summary(x)
-    keys = ["names", "mean", "sd", "mcse_mean", "q5", "q50", "q95", "ess",
+    keys = ["names", "mean", "sd", "mcse_mean", "q5", "q50", "q95", "ess_bulk", "ess_tail",
             "rhat"]
     assert list(s) == keys
     for k in keys:
@@ -290,7 +290,8 @@ def test_summary():
     np.testing.assert_allclose(s["mean"], flat.mean(axis=0))
     np.testing.assert_allclose(s.sd, flat.std(axis=0, ddof=1))
     np.testing.assert_allclose(s.q95, np.quantile(flat, 0.95, axis=0))
-    np.testing.assert_allclose(s.ess, diagnostics.ess(x))
+    np.testing.assert_allclose(s.ess_bulk, diagnostics.ess_bulk(x))
+    np.testing.assert_allclose(s.ess_tail, diagnostics.ess_tail(x))
     np.testing.assert_allclose(s.rhat, diagnostics.rhat(x))
     assert list(s.names) == ["q[0]", "q[1]", "q[2]"]
 
@@ -309,9 +310,10 @@ def test_summary_names_quantiles_and_1d():
     s = diagnostics.summary(x, names=["alpha", "beta"], quantiles=(0.1, 0.9))
     assert "q10" in s and "q90" in s and "q5" not in s
     assert str(s).splitlines()[1].startswith("alpha")
-    np.testing.assert_allclose(s.ess, diagnostics.ess(x))
+    np.testing.assert_allclose(s.ess_bulk, diagnostics.ess_bulk(x))
+    np.testing.assert_allclose(s.ess_tail, diagnostics.ess_tail(x))
     s1 = diagnostics.summary(x[:, 0])
-    assert s1.mean.shape == (1,) and s1.ess.shape == (1,)
+    assert s1.mean.shape == (1,) and s1.ess_bulk.shape == (1,)
     with pytest.raises(ValueError, match="names"):
         diagnostics.summary(x, names=["only one"])
     with pytest.raises(ValueError, match="quantiles"):

@@ -40,7 +40,9 @@ def test_check_points_are_fixed_and_grow():
 
 
 @pytest.mark.parametrize("name, seed", [("HMC", 0), ("HMC", 1), ("ARNSHMC", 2)])
-def test_stops_at_the_first_check_where_both_conditions_hold(name, seed):
+def test_stops_at_the_first_check_where_every_condition_holds(name, seed):
+    """The rule stops at the first check where the bulk ESS reaches the target, R-hat holds
+    and the bulk and tail ESS are 100 per chain: the result's ``converged`` then agrees."""
     model, _, _ = correlated_gaussian()
     sampler = getattr(rnshmc, name)(model)
     ess = 600
@@ -48,15 +50,32 @@ def test_stops_at_the_first_check_where_both_conditions_hold(name, seed):
     stop = res.stopping
     n = res.samples.shape[1]
     assert stop["reason"] == "converged" and stop["draws"] == n and n in checks_up_to(n)
-    bulk, rhat = convergence(res.samples)
-    assert bulk >= ess and rhat <= 1.01
-    assert (stop["ess"], stop["rhat"]) == (bulk, rhat)
+    bulk, rhat, tail = convergence(res.samples)
+    assert bulk >= ess and rhat <= 1.01 and tail >= 400
+    assert (stop["ess"], stop["rhat"], stop["ess_tail"]) == (bulk, rhat, tail)
+    assert res.converged and not res.convergence_problems
     # the same seed with a planned length draws the same chains: no earlier check holds
     longer = sampler.sample(n + 100, tune=150, chains=4, rng=seed, progress=False, pool=None)
     np.testing.assert_array_equal(longer.samples[:, :n], res.samples)
     for check in checks_up_to(n)[:-1]:
-        bulk, rhat = convergence(longer.samples[:, :check])
-        assert not (bulk >= ess and rhat <= 1.01), check
+        bulk, rhat, tail = convergence(longer.samples[:, :check])
+        assert not (bulk >= ess and rhat <= 1.01 and tail >= 400), check
+
+
+def test_converged_means_one_thing():
+    """A run stopped as converged is ``converged``, whatever ESS was asked for (a target
+    under 100 per chain is raised to that floor), and its summary's table and footer give
+    the same bulk ESS, ArviZ's."""
+    model, _, _ = correlated_gaussian()
+    for seed in (rng_seed(7), rng_seed(8)):
+        res = rnshmc.HMC(model).sample(tune=150, chains=4, rng=seed, progress=False, ess=50,
+                                       pool=None)
+        assert res.stopping["reason"] == "converged" and res.converged
+        assert res.stopping["ess"] >= 400 and res.stopping["ess_tail"] >= 400
+        table = res.summary()
+        assert np.min(table["ess_bulk"]) == pytest.approx(res.stopping["ess"])
+        assert np.min(table["ess_tail"]) == pytest.approx(res.stopping["ess_tail"])
+        assert f"min bulk ESS {res.stopping['ess']:.0f}" in str(table)
 
 
 def test_draws_cap_an_ess_run_and_warn():
