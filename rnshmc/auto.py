@@ -7,10 +7,11 @@ import math
 import numpy as np
 
 from .samplers import ARNSHMC, HMC, RNSHMC, GradientFreeRNSHMC
-from .samplers._base import earlier_run
+from .samplers._base import Sampler, earlier_run
+from .samplers.checkpoint import SAMPLERS
 from .surrogate import RandomNetworkSurrogate, gradient_flops
-from .targets import as_ctarget, check_target, target_dim
-from .validation import check_integer
+from .targets import as_ctarget, check_target, target_dim, unknown_dim
+from .validation import check_initial_points, check_integer
 
 __all__ = ["sample", "choose_sampler"]
 
@@ -21,7 +22,7 @@ SURROGATE_STEP_SHARE = 0.5
 
 
 def choose_sampler(model, dim=None, init=None, surrogate=None):
-    """The sampler :func:`sample` uses for ``model``, and why.
+    """The sampler :func:`~rnshmc.sample` uses for ``model``, and why.
 
     - no gradient (``has_gradient`` False): :class:`~rnshmc.GradientFreeRNSHMC`;
     - a ``surrogate`` given: surrogate dynamics with it, whatever the model's cost (the user
@@ -52,6 +53,8 @@ def choose_sampler(model, dim=None, init=None, surrogate=None):
     """
     check_target(model)
     dim = target_dim(model) if dim is None else check_integer(dim, "dim", minimum=1)
+    if dim is None:
+        raise unknown_dim(model, "rnshmc.sample")
     if getattr(model, "has_gradient", True) is False:
         return (GradientFreeRNSHMC(model, share_surrogate=True, surrogate=surrogate),
                 "the model has no gradient: gradient-free RNS-HMC")
@@ -104,13 +107,13 @@ def sample(model, ess=1000, *, chains=4, rng=None, init=None, max_evals=None, ma
     """Sample ``model`` until the pooled minimum bulk ESS reaches ``ess`` and every R-hat is at
     most 1.01, with the fewest exact evaluations rnshmc knows how to spend.
 
-    The sampler is chosen from what the model offers (:func:`choose_sampler`): ARNS-HMC with
-    one surrogate shared by the chains and refined online for a model with a gradient,
-    gradient-free RNS-HMC for one without, exact HMC for a model cheaper than a surrogate.
-    Its defaults are the best measured configuration (``benchmarks/bench_cost.py``). The
-    run stops at the first check where both conditions hold (see ``Sampler.sample``'s
-    ``ess``), or when ``max_evals`` or ``max_time`` is spent (with a warning and the draws so
-    far).
+    The sampler is chosen from what the model offers (:func:`~rnshmc.auto.choose_sampler`):
+    ARNS-HMC with one surrogate shared by the chains and refined online for a model with a
+    gradient, gradient-free RNS-HMC for one without, exact HMC for a model cheaper than a
+    surrogate. Its defaults are the best measured configuration (``benchmarks/bench_cost.py``).
+    The run stops at the first check where both conditions hold (see ``ess`` in
+    :meth:`rnshmc.HMC.sample`, every sampler's ``sample()``), or when ``max_evals`` or
+    ``max_time`` is spent (with a warning and the draws so far).
 
     Parameters
     ----------
@@ -122,47 +125,77 @@ def sample(model, ess=1000, *, chains=4, rng=None, init=None, max_evals=None, ma
         Chains, run in parallel on this machine's cores (default 4: R-hat needs several).
     rng : None, int, SeedSequence or Generator
     init : None, ndarray of shape (dim,) or (chains, dim), SampleResult or path
-        Initial points (None: uniform in (-2, 2), as Stan); or an earlier run on the same
-        model (its result or checkpoint file): a warm start, which continues its chains with
-        their surrogate, mass matrix and step size, without a new exploration (see
-        ``Sampler.sample``).
+        Initial points (None: the model's ``init_point`` where it has one, else uniform in
+        (-2, 2), as Stan); or an earlier run on the same model (its result or checkpoint
+        file): a warm start, which continues its chains with their surrogate, mass matrix
+        and step size, without a new exploration (see
+        :meth:`rnshmc.HMC.sample`).
     max_evals : int or None
         Budget of exact density evaluations (all chains and phases).
     max_time : float or None
         Budget of seconds.
     progress : bool
     pool : "auto", None, executor or dask.distributed.Client
-        As for ``Sampler.sample``.
+        As for :meth:`rnshmc.HMC.sample` (every sampler's ``sample()``).
     checkpoint : None or path
         Save the run there as it goes; :func:`rnshmc.resume` continues it (to the same
         draws as the uninterrupted run).
     checkpoint_every : int, str or datetime.timedelta
-        As for ``Sampler.sample`` (default every 10 minutes).
-    sampler : a sampler or None
+        As for :meth:`rnshmc.HMC.sample` (default every 10 minutes).
+    sampler : None, a sampler, a sampler class or its name
         Use this sampler instead of the chosen one (its own settings; the stopping rule
-        and budgets still apply).
+        and budgets still apply). A class (``rnshmc.HMC``) or its name (``"HMC"``, or the
+        name results show, ``"ARNS-HMC"``) is made with its default settings on ``model``.
     surrogate : None, dict or surrogate object
         Sample with surrogate dynamics on this surrogate (for example a
-        :class:`~rnshmc.GaussianProcessSurrogate`: GP-HMC), as :func:`choose_sampler` says;
-        None (default): the default random network where surrogate dynamics pay.
+        :class:`~rnshmc.GaussianProcessSurrogate`: GP-HMC), as
+        :func:`~rnshmc.auto.choose_sampler` says; None (default): the default random network
+        where surrogate dynamics pay.
 
     Returns
     -------
     SampleResult
-        The sampler's result (see ``Sampler.sample``), with ``stopping`` (why and where it
+        The sampler's result (see :meth:`rnshmc.HMC.sample`), with ``stopping`` (why and where it
         stopped), ``cost`` (exact evaluations and seconds per phase, model evaluations per
         effective draw) and ``choice`` (the sampler's name and why it was chosen).
     """
     if sampler is None:
-        point = None if init is None or earlier_run(init) is not None else np.asarray(
-            init, dtype=np.float64).reshape(-1, np.shape(init)[-1])[0]
-        sampler, reason = choose_sampler(model, init=point, surrogate=surrogate)
+        point = None
+        if init is not None and earlier_run(init) is None:  # (checked here: it is timed)
+            check_target(model)
+            point = check_initial_points(init, check_integer(chains, "chains", minimum=1),
+                                         target_dim(model), "rnshmc.sample")[0]
+        sampler, reason = choose_sampler(model, dim=None if point is None else len(point),
+                                         init=point, surrogate=surrogate)
     elif surrogate is not None:
         raise ValueError("give a sampler or a surrogate, not both (a sampler has its own)")
     else:
-        reason = "given"
+        sampler, reason = given_sampler(sampler, model), "given"
     result = sampler.sample(None, chains=chains, rng=rng, init=init, progress=progress,
                             pool=pool, checkpoint=checkpoint, checkpoint_every=checkpoint_every,
                             ess=ess, max_evals=max_evals, max_time=max_time)
     result["choice"] = dict(sampler=sampler.name, reason=reason)
     return result
+
+
+def given_sampler(sampler, model):
+    """``sample()``'s ``sampler``: a sampler as it is, a sampler class, or the name of one
+    (its class name, or its ``name``), made on ``model`` with its default settings.
+
+    Raises
+    ------
+    TypeError
+        For anything else, listing what is accepted.
+    """
+    if isinstance(sampler, Sampler):
+        return sampler
+    if isinstance(sampler, type) and issubclass(sampler, Sampler):
+        return sampler(model)
+    # (a subclass that keeps its parent's ``name`` is found by its class name only)
+    names = {cls.name: cls for cls in SAMPLERS.values() if "name" in vars(cls)}
+    names.update(SAMPLERS)
+    if isinstance(sampler, str) and sampler in names:
+        return names[sampler](model)
+    raise TypeError(f"rnshmc.sample: sampler must be None (chosen for the model), a sampler "
+                    f"(such as rnshmc.HMC(model)), a sampler class or the name of one: "
+                    f"{', '.join(map(repr, sorted(names)))}; got {sampler!r:.80}")

@@ -12,7 +12,8 @@ import warnings
 import numpy as np
 
 __all__ = ["check_integer", "check_real", "check_per_chain_real", "check_inverse_mass",
-           "check_group", "moved_arguments", "user_stacklevel"]
+           "check_point", "check_initial_points", "check_group", "moved_arguments",
+           "user_stacklevel"]
 
 
 def user_stacklevel():
@@ -55,7 +56,9 @@ def check_real(value, name, lower=None, upper=None, lower_inclusive=False,
 def _real_array(value, name):
     array = np.asarray(value)
     if array.dtype.kind not in "iuf":
-        raise TypeError(f"{name} must hold real numbers, got an array of dtype {array.dtype}")
+        raise TypeError(f"{name} must hold real numbers, got "
+                        + (f"an array of dtype {array.dtype}" if isinstance(value, np.ndarray)
+                           else f"{type(value).__name__} {value!r:.60}"))
     return array.astype(np.float64)
 
 
@@ -86,6 +89,41 @@ def check_inverse_mass(value, name, dim=None):
     if not np.all(np.isfinite(array)):
         raise ValueError(f"{name} contains non-finite values")
     return array
+
+
+def check_point(value, name, dim=None):
+    """A point of a target: a float array of shape (dim,) (any length if ``dim`` is None) of
+    finite values (a new array)."""
+    array = _real_array(value, name)
+    if array.ndim != 1 or array.size == 0:
+        raise ValueError(f"{name} must be an array of shape (dim,)"
+                         f"{'' if dim is None else f' = ({dim},)'}, got shape {array.shape}")
+    if dim is not None and array.size != dim:
+        raise ValueError(f"{name} has {array.size} entries but the target has dim {dim}")
+    if not np.all(np.isfinite(array)):
+        raise ValueError(f"{name} contains non-finite values: {array}")
+    return array
+
+
+def check_initial_points(init, chains, dim=None, owner="sample"):
+    """``sample()``'s ``init``: one point for every chain, shape (dim,), or one per chain,
+    (chains, dim) (``dim`` None: any length). Returns a new float array of shape
+    (chains, dim) of finite values; the errors name ``owner`` (the function given ``init``)
+    and say which of the two shapes is wrong."""
+    array = _real_array(init, f"{owner}: init")
+    want = (f"({dim},) or ({chains}, {dim})" if dim is not None
+            else f"(dim,) or ({chains}, dim)")
+    if array.ndim not in (1, 2) or array.size == 0:
+        raise ValueError(f"{owner}: init must have shape {want}, got {array.shape}")
+    if dim is not None and array.shape[-1] != dim:
+        raise ValueError(f"{owner}: init must have shape {want}: it has {array.shape[-1]} "
+                         f"entries per chain but the target has dim {dim}")
+    if array.ndim == 2 and array.shape[0] != chains:
+        raise ValueError(f"{owner}: init must have shape {want}: it has {array.shape[0]} rows "
+                         f"(one per chain) but chains={chains}")
+    if not np.all(np.isfinite(array)):
+        raise ValueError(f"{owner}: init contains non-finite values")
+    return np.tile(array, (chains, 1)) if array.ndim == 1 else array
 
 
 def check_group(value, name, keys):

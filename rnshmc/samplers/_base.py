@@ -19,8 +19,8 @@ from ..models import Gaussian
 from ..parallel import chain_generators, sigterm_as_ctrl_c
 from ..state import ChainState, generator_to_json
 from ..surrogate import Surrogate
-from ..targets import as_ctarget, check_target, target_dim
-from ..validation import check_integer, user_stacklevel
+from ..targets import as_ctarget, check_target, model_init_point, target_dim, unknown_dim
+from ..validation import check_initial_points, check_integer, user_stacklevel
 from . import _execution, _result
 from ._phases import GivenStart
 from ._runner import Budget, run_chain
@@ -129,11 +129,15 @@ class Sampler:
             Source of randomness; each chain gets its own child stream (SeedSequence.spawn), so
             the same seed gives bit-identical draws, whatever ``pool`` runs the chains.
         init : None, ndarray of shape (dim,) or (chains, dim), SampleResult or path
-            Initial points. None draws each coordinate uniformly from (-2, 2), as Stan does.
-            An earlier run of this sampler on the same model (its result, or its checkpoint
-            file) starts warm: each chain continues from where that run's chain ended, with
-            its step size, mass matrix and, for surrogate samplers, its surrogate and
-            sampling kernel, and without the phases before ``WARM_FROM`` (warm-up,
+            Initial points. None: the model's own (``init_point(rng)``, called once per chain
+            with the chain's random stream; :class:`rnshmc.Target`'s ``init_point``) where it
+            has one, else each coordinate uniformly from (-2, 2), as Stan does. A chain whose
+            start is not finite (its log density or gradient) tries up to 100 points in all:
+            a given or model's point jittered by up to 1 in each coordinate, else new uniform
+            draws. An earlier run of this sampler on the same model (its result, or its
+            checkpoint file) starts warm: each chain continues from where that run's chain
+            ended, with its step size, mass matrix and, for surrogate samplers, its surrogate
+            and sampling kernel, and without the phases before ``WARM_FROM`` (warm-up,
             exploration); ``chains`` and ``tune`` are the earlier run's then. See
             :meth:`warm_states`.
         progress : bool
@@ -166,6 +170,22 @@ class Sampler:
             An int: iterations per chain between checkpoints (default 1000; the chains wait
             for each other there). A duration: a checkpoint after each chain's first chunk
             boundary (1% of a phase) past that time.
+        ess : float or None
+            Sample until the pooled minimum bulk ESS over the coordinates reaches ``ess`` (and
+            the bulk and tail ESS at least 100 per chain) and the largest R-hat is at most
+            ``rhat`` (:func:`rnshmc.diagnostics.ess_bulk`, :func:`rnshmc.diagnostics.rhat`,
+            on the sampling draws of all chains), checked at sampling iteration 50 and then
+            every 5% (at least 10 iterations apart), with ``draws`` as the most per chain.
+            None (default): exactly ``draws`` iterations.
+        rhat : float
+            The largest R-hat allowed at the stop with ``ess`` (default 1.01).
+        max_evals : int or None
+            Stop when the chains have made this many exact density evaluations in all (every
+            phase counts; a gradient evaluation counts as one), split equally among them.
+        max_time : float or None
+            Stop at the first chunk end past this many seconds (over a resumed run's
+            sessions). A run stopped by a budget returns the draws so far, with a warning (a
+            budget spent before the first sampling draw raises a ``RuntimeError``).
 
         Returns
         -------
@@ -274,13 +294,13 @@ class Sampler:
             tune = check_integer(tune, "tune", minimum=0)
         generators = chain_generators(rng, chains)
         chains = len(generators)
-        inits = self._initial_points(init, chains, generators)
+        inits, sources = self._initial_points(init, chains, generators)
         dim = inits.shape[1]
         plan = self.plan(draws, tune, chains, dim)
         parts = [self.initial_parts(tune, chains) for _ in range(chains)]
-        if init is not None:  # (a chain's retries are jittered around it)
-            for c in range(chains):
-                parts[c]["start"] = GivenStart(point=inits[c].copy())
+        for c in range(chains):
+            if sources[c] is not None:  # (a chain's retries are jittered around it)
+                parts[c]["start"] = GivenStart(point=inits[c].copy(), source=sources[c])
         inverse_masses = ([None] * chains if self.leapfrog is None
                           else self.leapfrog.inverse_masses(dim, chains))
         return [ChainState(
@@ -426,23 +446,21 @@ class Sampler:
     # ------------------------------------------------------------------------------------------
 
     def _initial_points(self, init, chains, generators):
-        dim = self.dim
-        if init is None:
-            if dim is None:
-                raise ValueError("the target's dim is unknown: give init= (or dim to the target)")
-            return np.stack([g.uniform(-2.0, 2.0, size=dim) for g in generators])
-        init = np.array(init)
-        if init.dtype.kind not in "iuf":
-            raise TypeError(f"init must hold real numbers, got dtype {init.dtype}")
-        init = init.astype(np.float64)
-        if init.ndim == 1:
-            init = np.tile(init, (chains, 1))
-        if init.ndim != 2 or init.shape[0] != chains or (dim is not None and init.shape[1] != dim):
-            want = f"({dim},) or ({chains}, {dim})" if dim is not None else "(dim,) or (chains, dim)"
-            raise ValueError(f"init must have shape {want}, got {np.shape(init)}")
-        if not np.all(np.isfinite(init)):
-            raise ValueError("init contains non-finite values")
-        return init
+        """(the chains' initial points, (chains, dim); where each came from: "init", "model"
+        or None for the default uniform draw)."""
+        owner = f"{type(self).__name__}.sample"
+        if init is not None:
+            return check_initial_points(init, chains, self.dim, owner), ["init"] * chains
+        dim, points = self.dim, []
+        for generator in generators:  # (each chain's from its own stream: pool-independent)
+            point = model_init_point(self.target, generator, dim)
+            if point is None and dim is None:
+                raise unknown_dim(self.target, owner)
+            dim = len(point) if point is not None else dim
+            points.append(point)
+        return (np.stack([generator.uniform(-2.0, 2.0, size=dim) if point is None else point
+                          for point, generator in zip(points, generators)]),
+                [None if point is None else "model" for point in points])
 
 
 def stopping_rule(run):

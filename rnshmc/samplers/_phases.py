@@ -164,16 +164,19 @@ MAX_START_TRIES = 100
 
 @dataclasses.dataclass
 class GivenStart(PartState):
-    """The starting point the user gave a chain (tries after it are jittered around it)."""
+    """The starting point a chain was given (tries after it are jittered around it): by the
+    user (``source`` "init") or by the model (``source`` "model": its ``init_point``)."""
     point: Optional[np.ndarray] = None
+    source: str = "init"
 
 
 def start_where_finite(run, chain, shift=0.0, scale=1.0):
     """Put a new chain at its initial point or, where the log density or its gradient is not
     finite there (-inf, NaN), at new points until one is, at most ``MAX_START_TRIES`` in all,
-    as Stan does: uniform in (-2, 2), or, for an ``init`` the user gave, that point plus a
-    jitter uniform in (-1, 1). Each try is a model evaluation, counted; the chain's
-    ``state.init`` becomes the point it started at. A model that raises is not retried.
+    as Stan does: uniform in (-2, 2), or, for an ``init`` the user gave or the model's
+    ``init_point``, that point plus a jitter uniform in (-1, 1). Each try is a model
+    evaluation, counted; the chain's ``state.init`` becomes the point it started at. A model
+    that raises is not retried.
     Points are the target's; a chain whose dynamics run on ``(q - shift) / scale`` (L2HMC's
     standardised coordinates) is given those.
 
@@ -195,8 +198,9 @@ def start_where_finite(run, chain, shift=0.0, scale=1.0):
             continue
         state.init = np.array(point, dtype=np.float64)
         return
-    where = ("around the given init (jittered by up to 1)" if given is not None
-             else "uniform in (-2, 2)")
+    where = ("uniform in (-2, 2)" if given is None else "around the given init (jittered by "
+             "up to 1)" if given.source == "init" else "around the model's init_point "
+             "(jittered by up to 1)")
     last = str(failure)
     if np.any(np.asarray(shift) != 0.0) or np.any(np.asarray(scale) != 1.0):
         last += f" (standardised; the target's point: {np.array2string(point)})"
@@ -316,6 +320,9 @@ class HMCPhase(Phase):
     def begin(self, run, chain):
         continue_from_previous(run, chain)
         if self.adapt:
+            # the warm-up's trajectories, and its step-size search, stay near where the chain
+            # has been: a costly model is never asked for a point absurdly far out
+            chain.bound_probes(True)
             start_step_size(run, chain, self.leapfrog.step_size_of(run.state.chain),
                             self.leapfrog.target_accept)
 
