@@ -135,7 +135,7 @@ class ChainState:
     phase_started : bool
         Whether the phase's one-time start (e.g. the initial step-size search) is done.
     rng : str
-        The chain's random stream (JSON; see :func:`generator_to_json`).
+        The chain's random stream (JSON; see ``rnshmc.state.generator_to_json``).
     init : ndarray of shape (dim,)
         The initial point.
     kernel : dict or None

@@ -80,10 +80,11 @@ class Surrogate:
     """What every surrogate of a potential shares: validation of training data, the whitening
     transform, and evaluation through its fitted C-level target (``self._ctarget``).
 
-    A subclass sets ``kind`` (the name its saved state carries: :func:`surrogate_from_state`
-    rebuilds it), implements ``fit``, ``get_state`` and ``from_state``, and says what it
-    supports: ``online`` updates (:meth:`RandomNetworkSurrogate.partial_fit`, ARNS-HMC),
-    ``fits_gradients`` (gradient observations in the fit), ``hessian_metric`` (RNS-RMHMC).
+    A subclass sets ``kind`` (the name its saved state carries:
+    :func:`~rnshmc.surrogate.surrogate_from_state` rebuilds it), implements ``fit``,
+    ``get_state`` and ``from_state``, and says what it supports: ``online`` updates
+    (:meth:`RandomNetworkSurrogate.partial_fit`, ARNS-HMC), ``fits_gradients`` (gradient
+    observations in the fit), ``hessian_metric`` (RNS-RMHMC).
     """
 
     kind = None
@@ -105,9 +106,10 @@ class Surrogate:
 
     def get_state(self, online=False):
         """The surrogate as a dict of arrays, numbers and strings (saveable without pickle),
-        its ``kind`` included; :meth:`from_state` (or :func:`surrogate_from_state`) rebuilds
-        it, predicting identically. ``online``: see
-        :meth:`RandomNetworkSurrogate.get_state` (no other kind has an online estimator)."""
+        its ``kind`` included; :meth:`from_state` (or
+        :func:`~rnshmc.surrogate.surrogate_from_state`) rebuilds it, predicting identically.
+        ``online``: see :meth:`RandomNetworkSurrogate.get_state` (no other kind has an online
+        estimator)."""
         state = {key: value for key, value in vars(self).items() if key not in self.TRANSIENT}
         state["kind"] = self.kind
         if self._ctarget is not None:

@@ -45,7 +45,7 @@ def versions():
 
 
 def show_versions(file=None):
-    """Print :func:`versions` as text (to ``file``, default standard output).
+    """Print :func:`~rnshmc.versions.versions` as text (to ``file``, default standard output).
 
     Parameters
     ----------

@@ -214,7 +214,7 @@ class EllipticPDE:
         Standard deviation of the observation noise.
     obs_grid : int
         u is observed at the obs_grid x obs_grid grid of points {0, ..., 1}^2 (see
-        :func:`observation_grid`); off-node points are interpolated with the basis functions.
+        ``rnshmc.models.pde.observation_grid``); off-node points are interpolated with the basis functions.
     rng : None, int, SeedSequence or Generator
         Draws ``true_theta`` and the noise.
 

@@ -99,14 +99,14 @@ class UMBridgeModel:
         The server's address, such as ``"http://localhost:4242"``.
     name : str
         The model's name on the server (default ``"forward"``, UM-Bridge's usual name; the
-        benchmark posteriors are called ``"posterior"``, :func:`rnshmc.serve.serve_surrogate`
+        benchmark posteriors are called ``"posterior"``, :func:`rnshmc.serve_surrogate`
         says ``"surrogate"``).
     config : dict, optional
         The model configuration sent with every request (JSON-serialisable).
     timeout : float or None
         Seconds to wait for the server to accept a connection and to answer each request
         (default 60); None waits for ever. A slower answer raises
-        :class:`UMBridgeTimeoutError` (a :class:`TimeoutError`).
+        :class:`~rnshmc.models.umbridge.UMBridgeTimeoutError` (a :class:`TimeoutError`).
 
     Attributes
     ----------
@@ -140,7 +140,7 @@ class UMBridgeModel:
     divergence (rejected), at the initial point it is a ``ValueError``, as for any target.
     At a non-finite ``q`` the density is NaN without asking the server, and at a point of
     non-finite density the gradient is NaN without asking it either. An error the model
-    reports raises :class:`UMBridgeError` naming it, which stops the sampler.
+    reports raises :class:`~rnshmc.models.umbridge.UMBridgeError` naming it, which stops the sampler.
 
     The object pickles as its address, name, configuration and sizes, and connects again at
     its first request, so that chains can run on a process pool or a Dask cluster (whose

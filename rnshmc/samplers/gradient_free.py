@@ -37,7 +37,7 @@ class AdaptiveMetropolis(Sampler):
     of the chain so far, shrunk towards its diagonal), and its scale adapted to the acceptance
     ``target_accept`` by Robbins-Monro (Andrieu and Thoms 2008); then it is frozen and the
     draws are those of a fixed Metropolis kernel. One density evaluation per iteration. See
-    :mod:`rnshmc._kernels._metropolis`.
+    ``rnshmc/_kernels/_metropolis.pyx``.
 
     Two phases per chain: ``"warmup"`` (``tune`` iterations, default 1000, adapting) and
     ``"sampling"``; the result's ``proposal_covariance`` (chains, dim, dim) is the frozen

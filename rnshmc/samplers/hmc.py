@@ -15,7 +15,7 @@ class HMC(Sampler):
     Parameters
     ----------
     target : rnshmc.Target, built-in model or BridgeStan-style object
-        The log density to sample (see :mod:`rnshmc.targets`). Must have a gradient.
+        The log density to sample (see :class:`rnshmc.Target`, and ``help(rnshmc.targets)`` for the protocol). Must have a gradient.
     step_size : float, ndarray of shape (chains,) or None
         Leapfrog step size (one per chain, e.g. a result's ``step_size``, to continue a run).
         None (default) adapts it during warm-up by dual averaging to ``target_accept``.

@@ -69,7 +69,7 @@ class RMHMC(Sampler):
     (-2, 2)) made every proposal diverge, and the chain never moved; after 50 iterations of
     exact HMC the same RMHMC accepted 0.96 of its proposals. ``hmc_warmup=0`` starts RMHMC
     at the initial point, as the papers did (start at the mode then:
-    :func:`rnshmc.experiments.find_mode`, Newton's method with this metric).
+    ``rnshmc.experiments.find_mode``, Newton's method with this metric).
 
     Parameters
     ----------

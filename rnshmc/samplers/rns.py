@@ -96,7 +96,7 @@ class RNSHMC(Sampler):
           draws from 0.37 to 0.09; on the authors' PDE they were as good as states.
         - ``step_cost``: a surrogate leapfrog step's cost in exact densities, for
           ``n_steps="auto"``. "auto" (default): the surrogate's
-          :func:`~rnshmc.surrogate.gradient_flops` over the target's ``density_flops`` where
+          ``rnshmc.surrogate.gradient_flops`` over the target's ``density_flops`` where
           it has one (0.10 for the authors' PDE at s = 1000, 0.037 for a logistic regression
           with N = 100000, d = 50 at s = 2000), else 0 (steps free). An estimate from
           operation counts, not timings, so that the same seed gives the same draws on any
@@ -112,7 +112,7 @@ class RNSHMC(Sampler):
     n_steps : int, "auto" or None
         Leapfrog steps (the maximum with ``jitter``) of the sampling phase, where steps are
         cheap. "auto" (default): the shortest L whose predicted min ESS per unit of cost is
-        within 90% of the best (:func:`rnshmc.adaptation.trajectory_length_for_min_ess`: the
+        within 90% of the best (``rnshmc.adaptation.trajectory_length_for_min_ess``: the
         posterior approximated by a Gaussian with the training states' covariance, under
         the sampling step size and mass matrix; an iteration costs one exact density plus
         ``step_cost`` per step), at most 1024; no exact evaluations of its own. None: the
