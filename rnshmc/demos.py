@@ -5,16 +5,123 @@ import time
 
 import numpy as np
 
-__all__ = ["logistic", "pde", "CommandLineError"]
+from . import papers
+
+__all__ = ["logistic", "pde", "settings", "argument_error", "CommandLineError"]
 
 # what each demo writes into --out (plots only with matplotlib)
 OUTPUTS = {"pde": ("pde_front_door.npz", "pde_hmc.npz", "pde_rns_hmc.npz", "pde_table.txt",
                    "pde_marginals.png", "pde_log_kappa.png"),
            "logistic": ("logistic_hmc.npz",)}
 
+#: Each run's defaults (``"pde"``: the main job, ``"pde --papers"``: the papers' protocol),
+#: and what ``--quick`` changes of them. A value given on the command line always wins
+#: (:func:`settings`); ``rnshmc demo ... --help`` prints these.
+DEFAULTS = {
+    "pde": dict(n=papers.SYNTHETIC_PDE["n"], ess=1000, chains=4),
+    "pde --papers": dict(n=papers.SYNTHETIC_PDE["n"], draws=papers.PROTOCOL["draws"],
+                         tune=papers.PROTOCOL["tune"], chains=papers.PROTOCOL["chains"],
+                         n_hidden=papers.SETTINGS["pde"]["n_hidden"]),
+    "logistic": dict(n=papers.SIMULATED_DATA["n"], draws=2000, tune=1000, chains=1,
+                     step_size=papers.SETTINGS["simulated"]["step_size"]),
+}
+QUICK = {
+    # 20 x 20 is the smallest Q1 mesh on which rnshmc.sample still picks surrogate dynamics
+    # (a surrogate leapfrog step prices at 0.44 solves there, 0.53 on 19 x 19, against the
+    # 0.5 it must stay under: auto.SURROGATE_STEP_SHARE), so the quick run compares the same
+    # two samplers as the full one; the price comes from operation counts, so the choice is
+    # the same on every machine. A smaller ESS alone shortened nothing: R-hat <= 1.01 is what
+    # holds the runs (both pass ESS 1000 before it). The smaller mesh shortens HMC's run;
+    # rnshmc.sample's is mostly the surrogate's own work, which it does not shrink.
+    "pde": dict(n=20, ess=400),
+    # (the papers' protocol runs both samplers on any mesh: a smaller one still)
+    "pde --papers": dict(n=12, draws=400, tune=400, n_hidden=200),
+    # the papers' step size 0.045 is tuned for N = 100000: fewer rows adapt it (None)
+    "logistic": dict(n=20_000, draws=300, tune=300, step_size=None),
+}
+
+# The synthetic PDE problem has this many KL modes (EllipticPDE's n_modes), and kl_basis needs
+# at least as many elements: n x n squares (Q1) or 2 n x n triangles (P1).
+KL_MODES = 20
+SMALLEST_MESH = {"Q1": 5, "P1": 4}
+
 
 class CommandLineError(Exception):
     """A problem with the command line's inputs, reported in one line before any sampling."""
+
+
+def run_name(args):
+    """The key of :data:`DEFAULTS` and :data:`QUICK` of a parsed ``rnshmc demo`` line."""
+    return "pde --papers" if args.demo == "pde" and args.papers else args.demo
+
+
+def settings(args):
+    """What a demo will run, from its parsed command line, without building or running
+    anything.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        ``rnshmc demo pde ...`` or ``rnshmc demo logistic ...`` as parsed by
+        ``rnshmc.__main__.build_parser()``.
+
+    Returns
+    -------
+    dict
+        The given value of each setting, else the default of :data:`DEFAULTS`, or with
+        ``--quick`` that of :data:`QUICK` where it has one. ``"run"``: the key of
+        :data:`DEFAULTS`; ``"seed"``; for the PDE ``"element"`` and ``"data"`` (``"n"`` None
+        with ``--data``: the file brings its mesh); the main job ``"ess"``, ``"chains"``; the
+        papers' protocol ``"draws"``, ``"tune"``, ``"chains"``, ``"n_hidden"``; the logistic
+        regression ``"n"``, ``"dim"``, ``"step_size"`` (None: adapted), ``"n_steps"``,
+        ``"draws"``, ``"tune"``, ``"chains"``.
+    """
+    run = run_name(args)
+    defaults = {**DEFAULTS[run], **(QUICK[run] if args.quick else {})}
+    given = {name: value for name, value in vars(args).items() if value is not None}
+    # (the flags that set these are None unless given: argument_error rejects the others)
+    keys = {"pde": ("n", "ess", "chains"),
+            "pde --papers": ("n", "draws", "tune", "chains", "n_hidden"),
+            "logistic": ("n", "draws", "tune", "chains", "step_size")}[run]
+    out = {"run": run, "seed": args.seed}
+    out.update({key: given.get(key, defaults[key]) for key in keys})
+    if args.demo == "pde":
+        out["element"] = args.element or papers.SYNTHETIC_PDE["element"]
+        out["data"] = args.data
+        if args.data:
+            out["n"] = None
+    else:
+        out.update(dim=args.dim, n_steps=args.n_steps)
+    return out
+
+
+def argument_error(args):
+    """What is wrong with a parsed ``rnshmc demo`` line beyond each flag's own range (the
+    ``type=`` checks of ``build_parser``): flags that the chosen run does not read, and a
+    mesh too small for its element. Returns the message (argparse's style: ``argument
+    --flag: ...``), or None."""
+    if args.demo != "pde":
+        return None
+    if not args.papers:
+        for flag, value in (("--draws", args.draws), ("--tune", args.tune)):
+            if value is not None:
+                return (f"argument {flag}: sets the papers' protocol (--papers); the main job "
+                        "samples until --ess")
+    elif args.ess is not None:
+        return ("argument --ess: the main job's stopping rule; --papers samples a fixed "
+                "--draws after --tune")
+    if args.data:
+        for flag, value in (("--n", args.n), ("--element", args.element)):
+            if value is not None:
+                return (f"argument {flag}: sets the synthetic problem's mesh; --data brings "
+                        "its own")
+    elif args.n is not None:
+        element = args.element or papers.SYNTHETIC_PDE["element"]
+        if args.n < SMALLEST_MESH[element]:
+            cells = "n x n squares" if element == "Q1" else "2 n x n triangles"
+            return (f"argument --n: the {element} mesh needs n >= {SMALLEST_MESH[element]} "
+                    f"(its {KL_MODES} KL modes need as many elements: {cells}), got {args.n}")
+    return None
 
 
 def check_output_folder(args):
@@ -33,42 +140,32 @@ def check_output_folder(args):
                                "earlier run: choose another --out or pass --overwrite")
 
 
-def run_lengths(args):
-    """(draws, tune): the command line's where given, else the demo's defaults (--quick's
-    shorter ones with --quick)."""
-    defaults = args.quick_lengths if args.quick else args.default_lengths
-    return tuple(given if given is not None else default
-                 for given, default in zip((args.draws, args.tune), defaults))
-
-
 def logistic(args):
     """HMC on the papers' simulated logistic regression (``rnshmc demo logistic``)."""
     import rnshmc
-    from rnshmc import papers
 
-    draws, tune = run_lengths(args)
-    n = args.n if args.n is not None else (20_000 if args.quick else papers.SIMULATED_DATA["n"])
-    # the papers' 0.045 is tuned for N = 100000: a quick run on fewer rows adapts it
-    step_size = args.step_size if args.step_size is not None else (
-        None if args.quick else papers.SETTINGS["simulated"]["step_size"])
-    print(f"Bayesian logistic regression, simulated data of the RNS-HMC paper: N={n}, d={args.dim}")
-    X, y, beta = rnshmc.datasets.simulated_logistic(n, args.dim, rng=args.seed)
+    run = settings(args)
+    check_output_folder(args)
+    n, dim, step_size, n_steps = run["n"], run["dim"], run["step_size"], run["n_steps"]
+    draws, tune, chains = run["draws"], run["tune"], run["chains"]
+    print(f"Bayesian logistic regression, simulated data of the RNS-HMC paper: N={n}, d={dim}")
+    X, y, beta = rnshmc.datasets.simulated_logistic(n, dim, rng=args.seed)
     model = rnshmc.models.LogisticRegression(X, y)
-    sampler = rnshmc.HMC(model, step_size=step_size, n_steps=args.n_steps, jitter=True)
+    sampler = rnshmc.HMC(model, step_size=step_size, n_steps=n_steps, jitter=True)
     start = time.perf_counter()
-    result = sampler.sample(draws, tune=tune, chains=args.chains or 1, rng=args.seed,
-                            init=np.zeros(args.dim), progress=not args.no_progress)
+    result = sampler.sample(draws, tune=tune, chains=chains, rng=args.seed,
+                            init=np.zeros(dim), progress=not args.no_progress)
     elapsed = time.perf_counter() - start
     ess = result.ess()
     sampling = result.timings["sampling"]
-    print(f"  HMC (eps={step_size if step_size else 'adapted'}, L={args.n_steps} "
-          f"jittered), {args.chains or 1} chain(s) x {draws} draws after {tune} warm-up, {elapsed:.1f} s")
+    print(f"  HMC (eps={step_size if step_size else 'adapted'}, L={n_steps} "
+          f"jittered), {chains} chain(s) x {draws} draws after {tune} warm-up, {elapsed:.1f} s")
     print(f"  acceptance {np.mean(result.acceptance_rate):.3f}, divergences {int(result.diverging.sum())}")
     print(f"  ESS (min, median, max) = ({ess.min():.0f}, {np.median(ess):.0f}, {ess.max():.0f}); "
           f"max R-hat {np.max(result.rhat()):.3f} (split chains; under 1.01 is good)")
-    print(f"  s/iter {sampling / (draws * (args.chains or 1)):.4f}, min(ESS)/s {ess.min() / sampling:.1f}")
+    print(f"  s/iter {sampling / (draws * chains):.4f}, min(ESS)/s {ess.min() / sampling:.1f}")
     print(f"  gradient evaluations {int(result.n_gradient_evals.sum())}")
-    error = np.linalg.norm(result.samples.reshape(-1, args.dim).mean(0) - beta) / np.linalg.norm(beta)
+    error = np.linalg.norm(result.samples.reshape(-1, dim).mean(0) - beta) / np.linalg.norm(beta)
     print(f"  relative distance of the posterior mean from the true coefficients: {error:.3f}")
     path = os.path.join(args.out, "logistic_hmc.npz")
     result.save(path)
@@ -76,12 +173,13 @@ def logistic(args):
     return 0
 
 
-def pde_samplers(model, quick=False):
+def pde_samplers(model, quick=False, n_hidden=None):
     """The PDE demo's rows: HMC and RNS-HMC (rnshmc's surrogate) with the papers' settings
-    of the elliptic PDE (:data:`rnshmc.papers.SETTINGS`), with ``quick`` a small network of 200
-    hidden units."""
-    from rnshmc import papers
-    n_hidden = 200 if quick else papers.SETTINGS["pde"]["n_hidden"]
+    of the elliptic PDE (:data:`rnshmc.papers.SETTINGS`); RNS-HMC with ``n_hidden`` hidden
+    units (None: the papers' 1000, or with ``quick`` --quick's 200)."""
+    if n_hidden is None:
+        n_hidden = (QUICK["pde --papers"]["n_hidden"] if quick
+                    else papers.SETTINGS["pde"]["n_hidden"])
     return {"HMC": papers.hmc(model, "pde"),
             "RNS-HMC": papers.rns_hmc(model, "pde", n_hidden=n_hidden)}
 
@@ -90,39 +188,35 @@ def pde(args):
     """The elliptic PDE inverse problem (``rnshmc demo pde``): what rnshmc recommends
     (``rnshmc.sample``) against HMC at its best, every solve counted from the first
     iteration; with ``--papers`` HMC against RNS-HMC with the papers' protocol."""
-    model, problem = pde_model(args)
-    return (pde_papers if args.papers else pde_front_door)(args, model, problem)
+    run = settings(args)
+    model, problem = pde_model(run)  # (--data's errors before --out is made)
+    check_output_folder(args)
+    return (pde_papers if args.papers else pde_front_door)(args, run, model, problem)
 
 
-def pde_model(args):
-    """The demo's model and a line saying what it is."""
+def pde_model(run):
+    """The demo's model and a line saying what it is, from :func:`settings`' ``run``."""
     import rnshmc
-    from rnshmc import papers
-    quick_mesh = args.quick and args.papers  # (the front door needs a costly model)
-    n = args.n if args.n is not None else (12 if quick_mesh else papers.SYNTHETIC_PDE["n"])
-    if args.data:
+    if run["data"]:
         try:
-            model = rnshmc.models.EllipticPDE.from_mat(args.data)
+            model = rnshmc.models.EllipticPDE.from_mat(run["data"])
         except (OSError, ValueError, KeyError, TypeError) as error:
-            raise CommandLineError(f"cannot read --data {args.data!r}: "
+            raise CommandLineError(f"cannot read --data {run['data']!r}: "
                                    f"{getattr(error, 'strerror', None) or error}") from None
-        problem = f"the authors' problem from {args.data}"
+        problem = f"the authors' problem from {run['data']}"
     else:
-        model = rnshmc.models.EllipticPDE(n=n, element=args.element, rng=args.seed)
-        problem = (f"synthetic data on the {n}x{n} {args.element} mesh, true theta drawn from "
+        n, element = run["n"], run["element"]
+        model = rnshmc.models.EllipticPDE(n=n, element=element, rng=run["seed"])
+        problem = (f"synthetic data on the {n}x{n} {element} mesh, true theta drawn from "
                    "the prior")
     return model, problem
 
 
-def pde_front_door(args, model, problem):
+def pde_front_door(args, run, model, problem):
     """``rnshmc.sample`` and HMC at its best (Stan warm-up 200, L = 10), both until min bulk
     ESS ``--ess`` and R-hat <= 1.01: the solves and seconds from the first iteration."""
     import rnshmc
-    if args.draws is not None or args.tune is not None:
-        raise CommandLineError("--draws and --tune set the papers' protocol (--papers); the "
-                               "main job samples until --ess")
-    ess = args.ess if args.ess is not None else (400 if args.quick else 1000)
-    chains = args.chains or 4
+    ess, chains = run["ess"], run["chains"]
     progress = not args.no_progress
     print(f"Elliptic PDE inverse problem: {problem}")
     print(f"  d={model.dim} KL coefficients, {model.solver.n_nodes} nodes, "
@@ -131,13 +225,13 @@ def pde_front_door(args, model, problem):
     print(f"  {chains} chains each, until min bulk ESS {ess} and max R-hat <= 1.01; every "
           "solve counted from the first iteration")
     results, seconds = {}, {}
-    for name, run in (
+    for name, sample in (
             ("rnshmc.sample", lambda: rnshmc.sample(model, ess=ess, chains=chains,
                                                     rng=args.seed, progress=progress)),
             ("HMC at its best", lambda: rnshmc.HMC(model, n_steps=10).sample(
                 None, tune=200, chains=chains, rng=args.seed, progress=progress, ess=ess))):
         start = time.perf_counter()
-        results[name] = run()
+        results[name] = sample()
         seconds[name] = time.perf_counter() - start
     front, hmc = results["rnshmc.sample"], results["HMC at its best"]
     lines = [f"  {'run':16s} {'sampler':9s} {'PDE solves':>10s} {'seconds':>8s} "
@@ -168,25 +262,24 @@ def pde_front_door(args, model, problem):
     return 0
 
 
-def pde_papers(args, model, problem):
+def pde_papers(args, run, model, problem):
     """HMC against RNS-HMC with the papers' protocol (``--papers``)."""
-    from rnshmc import papers
     from rnshmc.experiments import compare, format_table
 
-    draws, tune = run_lengths(args)
-    samplers = pde_samplers(model, args.quick)
-    settings = papers.SETTINGS["pde"]
-    eps, L, ridge = settings["step_size"], settings["n_steps"], settings["ridge"]
+    draws, tune, chains = run["draws"], run["tune"], run["chains"]
+    samplers = pde_samplers(model, n_hidden=run["n_hidden"])
+    pde_settings = papers.SETTINGS["pde"]
+    eps, L, ridge = pde_settings["step_size"], pde_settings["n_steps"], pde_settings["ridge"]
     n_hidden = samplers["RNS-HMC"].hidden_units(model.dim)
     print(f"Elliptic PDE inverse problem: {problem}")
     print(f"  d={model.dim} KL coefficients, {model.solver.n_nodes} nodes, "
           f"{model.solver.n_elements} elements, {model.observations.size} observations; "
           f"one density evaluation = one FEM solve")
     print(f"  HMC and RNS-HMC with the papers' settings: eps={eps}, L={L} jittered; RNS-HMC "
-          f"s={n_hidden}, ridge={ridge:g}; {args.chains or 1} chain(s) x ({tune} warm-up + {draws} "
+          f"s={n_hidden}, ridge={ridge:g}; {chains} chain(s) x ({tune} warm-up + {draws} "
           "draws)")
     start = time.perf_counter()
-    rows, results = compare(samplers, draws, tune, chains=args.chains or 1, rng=args.seed,
+    rows, results = compare(samplers, draws, tune, chains=chains, rng=args.seed,
                             init=np.zeros(model.dim), progress=not args.no_progress)
     table = format_table(rows, evals_label="PDE solves / min ESS", legend=True)
     rns = results["RNS-HMC"]
