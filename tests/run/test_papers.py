@@ -104,7 +104,10 @@ def test_load_pde_without_the_papers_data_is_the_synthetic_problem(tmp_path, mon
     assert papers.authors_pde_path() is None
     model, description = papers.load_pde()
     assert description == "synthetic Q1 30x30" and model.dim == 20
-    assert model.true_theta is not None
+    # the data were simulated from true_theta: the posterior favours it over a point far out
+    truth = np.asarray(model.true_theta)
+    assert truth.shape == (20,) and np.all(np.isfinite(truth))
+    assert model.log_density(truth) > model.log_density(truth + 3.0)
 
 
 def test_load_pde_finds_the_authors_problem(shared_data, monkeypatch):

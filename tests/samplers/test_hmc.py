@@ -14,6 +14,7 @@ step and divergences (test_transition.py) and the warm-up adaptation (test_adapt
 import concurrent.futures
 import multiprocessing
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -481,7 +482,9 @@ def test_bridgestan_style_object(dim_as_method):
 def test_result_fields(chains):
     d, draws, L = 3, 400, 6
     target = harmonic_target(d)
+    started = time.perf_counter()
     res = hmc_sample(target, draws=draws, tune=300, chains=chains, rng=rng_seed(2), n_steps=L)
+    elapsed = time.perf_counter() - started
     assert isinstance(res, rnshmc.SampleResult)
     assert res.sampler == "HMC"
     shapes = dict(samples=(chains, draws, d), log_density=(chains, draws),
@@ -500,7 +503,9 @@ def test_result_fields(chains):
     assert res.n_gradient_evals.dtype == np.int64 and res.n_density_evals.dtype == np.int64
     np.testing.assert_array_equal(res.acceptance_rate, res.accepted.mean(axis=1))
     assert set(res.timings) >= {"tune", "sampling"}
-    assert all(v >= 0 for v in res.timings.values())
+    # the phases' seconds are parts of the call's (summed over the chains, which run serially
+    # here: a test target of Python callables)
+    assert sum(res.timings.values()) <= elapsed
     # internal consistency of the per-draw records
     np.testing.assert_allclose(res.log_density, -0.5 * np.sum(res.samples ** 2, axis=-1),
                                rtol=1e-12, atol=1e-300)
