@@ -52,9 +52,11 @@ class Progress:
         The terminal line (one per chain on a thread pool).
     """
 
+    # the phase under way and its counts so far (transitions_done restarts them per phase)
+    phase, accepted, divergent, transitions = None, 0, 0, 0
+
     def __init__(self, enabled, total, desc, position=None):
         self.bar, self.log = None, False
-        self.phase, self.accepted, self.divergent, self.transitions = None, 0, 0, 0
         if enabled and total > 0 and _logs_lines():
             self.log, self.desc, self.total, self.done = True, desc, total, 0
             return
@@ -108,7 +110,6 @@ class RelayedProgress(Progress):
 
     def __init__(self, relay, chain, total, desc):
         self.relay, self.chain = relay, chain
-        self.phase, self.accepted, self.divergent, self.transitions = None, 0, 0, 0
         self.send("open", total, desc)
 
     def send(self, *message):
