@@ -4,7 +4,7 @@ each run stopped by the samplers' own stopping rule (``sample(ess=1000)``).
 
 Competitors, side by side in one run, for each seed:
   - ``rnshmc.sample(model)``: the front door with its defaults;
-  - its warm start: ``rnshmc.sample(model, init=first)`` from the run above, to another
+  - its warm start: ``rnshmc.sample(model, warm_start=first)`` from the run above, to another
     ESS 1000 (``--skip warm`` leaves it out);
   - HMC at its best (Stan warm-up 200, L = 10; the gradient cached, the same C kernels);
   - the samplers' own defaults: RNSHMC(model) and ARNSHMC(model) (4 chains, a shared
@@ -48,14 +48,14 @@ def competitors(model, skip):
     return runs
 
 
-def run_one(model, sampler, tune, seed, max_evals, init=None):
+def run_one(model, sampler, tune, seed, max_evals, warm_start=None):
     start = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SamplingWarning)
         warnings.simplefilter("ignore", RuntimeWarning)
         if sampler is None:
             result = rnshmc.sample(model, ess=ESS, rng=seed, progress=False,
-                                   max_evals=max_evals, init=init)
+                                   max_evals=max_evals, warm_start=warm_start)
         else:
             result = sampler.sample(None, tune=tune, chains=4, rng=seed, progress=False,
                                     ess=ESS, max_evals=max_evals)
@@ -68,7 +68,7 @@ def cost_table(title, model, seeds, skip, max_evals, unit="solves"):
     print(f"  {'run':40s} {'seed':>4s} {unit:>9s} {'wall s':>7s} {'draws':>6s} "
           f"{'min ESS':>7s} {'R-hat':>6s} {'stop':>10s}  chosen")
     table = {}
-    warm = "rnshmc.sample warm (init=run above)"
+    warm = "rnshmc.sample, warm_start=run above"
     for seed in seeds:
         runs = competitors(model, skip)
         if "warm" not in skip:  # (a second run to another ESS 1000, from the front door's)
@@ -77,7 +77,7 @@ def cost_table(title, model, seeds, skip, max_evals, unit="solves"):
         for name, (sampler, tune) in runs.items():
             result, seconds = run_one(model, sampler, tune,
                                       seed + 1000 if name == warm else seed, max_evals,
-                                      init=first if name == warm else None)
+                                      warm_start=first if name == warm else None)
             if first is None:
                 first = result
             stop, cost = result.stopping, result.cost

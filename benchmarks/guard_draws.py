@@ -8,8 +8,9 @@ of a default was meant, and said so).
     python benchmarks/guard_draws.py compare guard.npz
 
 Each configuration runs 2 chains serially (``pool=None``), short runs, with a sampler's main
-options; the arguments are the ones users call (deprecated names included: they must give the
-same draws as their new spelling).
+options; the arguments are the ones users call. (The earlier keyword names, a TypeError now,
+were replaced by their new spelling under the same configuration names: recordings made with
+the earlier names compare with them.)
 """
 import argparse
 import sys
@@ -43,14 +44,14 @@ def _python_target(dim=2):
 
 
 def _l2hmc(target):
-    l2 = rnshmc.L2HMC(target, n_steps=4, hidden=6, step_size=0.2, rng=0)
+    l2 = rnshmc.L2HMC(target, n_steps=4, n_hidden=6, step_size=0.2).initialize(0)
     l2.train(60, chains=20, rng=1, progress=False)
     return l2
 
 
 def _l2hmc_surrogate():
     l2 = rnshmc.L2HMC.with_surrogate(_logistic(), tune=120, rng=0, progress=False,
-                                     rns_options=dict(n_hidden=150), n_steps=4, hidden=6)
+                                     rns_options=dict(n_hidden=150), n_steps=4, n_hidden=6)
     l2.train(40, chains=20, learning_rate=3e-3, rng=1, progress=False)
     return l2
 
@@ -79,14 +80,15 @@ CONFIGS = {
                            dict(draws=30, tune=10)),
     "rns_default": (lambda: rnshmc.RNSHMC(_logistic(), n_hidden=200),
                     dict(draws=150, tune=150)),
-    "rns_states_da": (lambda: rnshmc.RNSHMC(_logistic(), n_hidden=200, training_data="states",
-                                            delayed_acceptance=True, surrogate_n_steps=6,
-                                            whiten=False, gradient_weight=0.0),
-                      dict(draws=120, tune=150)),
+    "rns_states_da": (lambda: rnshmc.RNSHMC(
+        _logistic(), n_hidden=200, delayed_acceptance=True, n_steps=6,
+        surrogate=dict(training_data="states", whiten=False, gradient_weight=0.0)),
+        dict(draws=120, tune=150)),
     "rns_shared": (lambda: rnshmc.RNSHMC(_logistic(), n_hidden=200, share_surrogate=True),
                    dict(draws=120, tune=100)),
-    "rns_trust": (lambda: rnshmc.RNSHMC(_gaussian(5), n_hidden=12, trust_window=20,
-                                        refit_iterations=30, max_refits=1, trust_ratio=0.95),
+    "rns_trust": (lambda: rnshmc.RNSHMC(_gaussian(5), n_hidden=12,
+                                        trust=dict(window=20, refit_iterations=30, max_refits=1,
+                                                   ratio=0.95)),
                   dict(draws=200, tune=80)),
     "rns_pde": (lambda: rnshmc.RNSHMC(_pde(), n_hidden=150), dict(draws=80, tune=80)),
     "rns_given_step": (lambda: rnshmc.RNSHMC(_gaussian(), n_hidden=100, step_size=0.3,
@@ -110,7 +112,7 @@ CONFIGS = {
                   dict(draws=120, tune=300)),
     "gf_own_states": (lambda: rnshmc.GradientFreeRNSHMC(_gaussian(), n_hidden=100,
                                                         share_surrogate=False,
-                                                        training_data="states"),
+                                                        surrogate=dict(training_data="states")),
                       dict(draws=100, tune=400)),
     "gf_auto_tune": (lambda: rnshmc.GradientFreeRNSHMC(_gaussian(2), n_hidden=80),
                      dict(draws=100)),

@@ -2,12 +2,13 @@
 ESS with the fewest exact model evaluations, and samples until it has
 (``docs/guide/choosing-a-sampler.md``).
 """
+import functools
 import math
 
 import numpy as np
 
 from .samplers import ARNSHMC, HMC, RNSHMC, GradientFreeRNSHMC
-from .samplers._base import Sampler, earlier_run
+from .samplers._base import Sampler, check_start
 from .samplers.checkpoint import SAMPLERS
 from .surrogate import RandomNetworkSurrogate, gradient_flops
 from .targets import as_ctarget, check_target, target_dim, unknown_dim
@@ -101,9 +102,23 @@ def surrogate_for_timing(dim, n_hidden):
     return surrogate._target()
 
 
-def sample(model, ess=1000, *, chains=4, rng=None, init=None, max_evals=None, max_time=None,
-           progress=True, pool="auto", checkpoint=None, checkpoint_every="10min",
-           sampler=None, surrogate=None):
+def _ess_by_name(function):
+    """``function`` with a clear TypeError for a positional argument after the model (its
+    signature, which help() and the docs show, stays ``function``'s)."""
+    @functools.wraps(function)
+    def checked(*args, **kwargs):
+        if len(args) > 1:
+            raise TypeError(f"rnshmc.sample takes the model as its only positional argument: "
+                            f"write ess={args[1]!r} (the ESS to reach), and give every other "
+                            "argument by name")
+        return function(*args, **kwargs)
+    return checked
+
+
+@_ess_by_name
+def sample(model, *, ess=1000, chains=4, rng=None, init=None, warm_start=None, max_evals=None,
+           max_time=None, progress=True, pool="auto", checkpoint=None,
+           checkpoint_every="10min", sampler=None, surrogate=None):
     """Sample ``model`` until the pooled minimum bulk ESS reaches ``ess`` and every R-hat is at
     most 1.01, with the fewest exact evaluations rnshmc knows how to spend.
 
@@ -113,7 +128,9 @@ def sample(model, ess=1000, *, chains=4, rng=None, init=None, max_evals=None, ma
     surrogate. Its defaults are the best measured configuration (``benchmarks/bench_cost.py``).
     The run stops at the first check where both conditions hold (see ``ess`` in
     :meth:`rnshmc.HMC.sample`, every sampler's ``sample()``), or when ``max_evals`` or
-    ``max_time`` is spent (with a warning and the draws so far).
+    ``max_time`` is spent (with a warning and the draws so far). The arguments it shares with
+    the samplers' ``sample()`` have the same names and meanings; only ``model`` is given by
+    position (``rnshmc.sample(model, 1000)`` is a TypeError: write ``ess=1000``).
 
     Parameters
     ----------
@@ -123,13 +140,15 @@ def sample(model, ess=1000, *, chains=4, rng=None, init=None, max_evals=None, ma
         The pooled minimum bulk ESS wanted (default 1000).
     chains : int
         Chains, run in parallel on this machine's cores (default 4: R-hat needs several).
+        With ``warm_start``, the earlier run's chains are continued, as many as it had.
     rng : None, int, SeedSequence or Generator
-    init : None, ndarray of shape (dim,) or (chains, dim), SampleResult or path
+    init : None, ndarray of shape (dim,) or (chains, dim)
         Initial points (None: the model's ``init_point`` where it has one, else uniform in
-        (-2, 2), as Stan); or an earlier run on the same model (its result or checkpoint
-        file): a warm start, which continues its chains with their surrogate, mass matrix
-        and step size, without a new exploration (see
-        :meth:`rnshmc.HMC.sample`).
+        (-2, 2), as Stan).
+    warm_start : None, SampleResult or path
+        An earlier run on the same model (its result or checkpoint file), to continue: its
+        chains go on with their surrogate, mass matrix and step size, without a new
+        exploration (see :meth:`rnshmc.HMC.sample`). Not with ``init``.
     max_evals : int or None
         Budget of exact density evaluations (all chains and phases).
     max_time : float or None
@@ -159,9 +178,10 @@ def sample(model, ess=1000, *, chains=4, rng=None, init=None, max_evals=None, ma
         stopped), ``cost`` (exact evaluations and seconds per phase, model evaluations per
         effective draw) and ``choice`` (the sampler's name and why it was chosen).
     """
+    check_start(init, warm_start, "rnshmc.sample")
     if sampler is None:
         point = None
-        if init is not None and earlier_run(init) is None:  # (checked here: it is timed)
+        if init is not None:  # (checked here: the model is timed there)
             check_target(model)
             point = check_initial_points(init, check_integer(chains, "chains", minimum=1),
                                          target_dim(model), "rnshmc.sample")[0]
@@ -171,9 +191,9 @@ def sample(model, ess=1000, *, chains=4, rng=None, init=None, max_evals=None, ma
         raise ValueError("give a sampler or a surrogate, not both (a sampler has its own)")
     else:
         sampler, reason = given_sampler(sampler, model), "given"
-    result = sampler.sample(None, chains=chains, rng=rng, init=init, progress=progress,
-                            pool=pool, checkpoint=checkpoint, checkpoint_every=checkpoint_every,
-                            ess=ess, max_evals=max_evals, max_time=max_time)
+    result = sampler.sample(None, chains=chains, rng=rng, init=init, warm_start=warm_start,
+                            ess=ess, max_evals=max_evals, max_time=max_time, progress=progress,
+                            pool=pool, checkpoint=checkpoint, checkpoint_every=checkpoint_every)
     result["choice"] = dict(sampler=sampler.name, reason=reason)
     return result
 

@@ -88,10 +88,22 @@ class PartState:
     """
 
     _registry = {}
+    # its key in ``ChainState.parts`` (each part's class constant)
+    KEY = None
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         PartState._registry[cls.__name__] = cls
+
+    @classmethod
+    def of(cls, state):
+        """This part's state in the chain state ``state`` (KeyError where it has none)."""
+        return state.parts[cls.KEY]
+
+    @classmethod
+    def find(cls, state):
+        """This part's state in the chain state ``state``, or None."""
+        return state.parts.get(cls.KEY)
 
     def to_tree(self):
         """The fields as a plain tree (with ``kind``: the class name)."""

@@ -23,7 +23,7 @@ import numpy as np
 from ._kernels._targets import CTarget, PotentialOnly, PyCallableTarget
 from .validation import check_point
 
-__all__ = ["Target", "as_ctarget", "without_gradient"]
+__all__ = ["Target", "as_ctarget", "without_gradient", "rebuilt_from_checkpoints"]
 
 
 class Target:
@@ -448,3 +448,111 @@ class _DensityOnly:
 
     def __reduce__(self):
         return (_DensityOnly, (self.model,))
+
+
+# ----------------------------------------------------------------------------------------------
+# models a checkpoint rebuilds by itself
+
+#: kind -> model class, for the models a checkpoint rebuilds without being given them
+#: (filled by :func:`rebuilt_from_checkpoints`)
+CHECKPOINT_KINDS = {}
+
+
+def rebuilt_from_checkpoints(kind):
+    """Class decorator: a model class that checkpoints save and :func:`rnshmc.resume`
+    rebuilds, so that resuming its runs needs no ``target``.
+
+    The class defines ``checkpoint_spec(self)``, which returns a dict of str to numbers and
+    arrays of numbers (what rebuilds the model), and a classmethod
+    ``from_checkpoint_spec(cls, spec)``, its inverse. Subclasses are saved as the class
+    decorated. The checkpoints read the protocol through ``rnshmc.targets.target_spec`` and
+    ``target_from_spec``, and import no model (``docs/architecture.md``).
+
+    Parameters
+    ----------
+    kind : str
+        The name checkpoints record (unique among the registered classes).
+
+    Returns
+    -------
+    callable
+        The decorator, which returns the class unchanged but for its ``checkpoint_kind``.
+
+    Raises
+    ------
+    ValueError
+        If another class registered ``kind`` already (not the same class defined again).
+    TypeError
+        If the class lacks one of the two methods.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from rnshmc.targets import rebuilt_from_checkpoints
+    >>> @rebuilt_from_checkpoints("isotropic_normal")
+    ... class IsotropicNormal:
+    ...     def __init__(self, scale, dim):
+    ...         self.scale, self.dim = scale, dim
+    ...     def log_density(self, q):
+    ...         return -0.5 * float(q @ q) / self.scale**2
+    ...     def log_density_gradient(self, q):
+    ...         return self.log_density(q), -q / self.scale**2
+    ...     def checkpoint_spec(self):
+    ...         return dict(scale=self.scale, dim=self.dim)
+    ...     @classmethod
+    ...     def from_checkpoint_spec(cls, spec):
+    ...         return cls(float(spec["scale"]), int(spec["dim"]))
+    >>> IsotropicNormal.checkpoint_kind
+    'isotropic_normal'
+    """
+    def register(cls):
+        known = CHECKPOINT_KINDS.get(kind, cls)
+        if (known.__module__, known.__qualname__) != (cls.__module__, cls.__qualname__):
+            raise ValueError(f"the checkpoint kind {kind!r} is {known.__qualname__}'s already "
+                             f"(of {known.__module__})")  # (a class defined again may take it)
+        for method in ("checkpoint_spec", "from_checkpoint_spec"):
+            if not callable(getattr(cls, method, None)):
+                raise TypeError(f"{cls.__name__} must define {method} to be rebuilt from "
+                                "checkpoints")
+        cls.checkpoint_kind = kind
+        CHECKPOINT_KINDS[kind] = cls
+        return cls
+    return register
+
+
+def target_spec(target):
+    """What a checkpoint saves to rebuild ``target``: ``{"kind": ..., "spec": {...}}`` for a
+    model registered with :func:`rebuilt_from_checkpoints`, else None.
+
+    Raises
+    ------
+    TypeError
+        If the model's ``checkpoint_spec()`` holds anything but numbers and arrays of numbers.
+    """
+    kind = getattr(type(target), "checkpoint_kind", None)
+    if CHECKPOINT_KINDS.get(kind) is None or not isinstance(target, CHECKPOINT_KINDS[kind]):
+        return None
+    spec = target.checkpoint_spec()
+    for key, value in spec.items():
+        if not (isinstance(key, str)
+                and isinstance(value, (numbers.Number, np.ndarray, np.generic))
+                and np.asarray(value).dtype.kind in "biuf"):
+            raise TypeError(f"{type(target).__name__}.checkpoint_spec(): {key!r} must be a "
+                            f"number or an array of numbers, got {type(value).__name__}")
+    return {"kind": kind, "spec": dict(spec)}
+
+
+def target_from_spec(saved):
+    """The model :func:`target_spec` saved as ``saved``.
+
+    Raises
+    ------
+    ValueError
+        If no model class registered its kind (its module not imported, or a kind of
+        another version of rnshmc).
+    """
+    kind = saved["kind"]
+    if kind not in CHECKPOINT_KINDS:
+        raise ValueError(f"no model rebuilt from checkpoints is of kind {kind!r} (known: "
+                         f"{', '.join(sorted(CHECKPOINT_KINDS)) or 'none'})")
+    return CHECKPOINT_KINDS[kind].from_checkpoint_spec(dict(saved["spec"]))

@@ -7,7 +7,6 @@ right kind but out of range; it returns the value converted to a plain Python or
 import numbers
 import os
 import sys
-import warnings
 
 import numpy as np
 
@@ -141,24 +140,31 @@ def check_group(value, name, keys):
 
 
 def moved_arguments(owner, given, moves):
-    """Old keyword arguments still accepted for one release: each ``given`` name must be in
-    ``moves`` (old name -> (group or None, new name); group "sample": an argument of
-    ``sample()``; or (group, new name, the new spelling to name)); a DeprecationWarning
-    names the new spelling. Returns {group: {new name: value}} (group None: top-level arguments).
+    """Refuse earlier keyword names: each ``given`` name must be in ``moves`` (old name ->
+    (group or None, new name); group "sample": an argument of ``sample()``; or (group, new
+    name, the new spelling to name)), and a TypeError names the new spelling of each. There
+    has been no release with the earlier names, so they are not kept for a deprecation cycle.
+
+    Returns
+    -------
+    dict
+        Empty when nothing is given (the form in which callers read the moved values:
+        {group: {new name: value}}).
 
     Raises
     ------
     TypeError
-        For a name that is neither an argument nor a moved one (as Python would).
+        For a name that is neither an argument nor a moved one (as Python would), and for
+        every moved one: "``owner``: X= was renamed: use Y", one clause per name given.
     """
-    out = {}
-    for old, value in given.items():
+    renamed = []
+    for old in given:
         if old not in moves:
             raise TypeError(f"{owner}() got an unexpected keyword argument {old!r}")
         group, new = moves[old][:2]
         spelling = (moves[old][2] if len(moves[old]) > 2 else f"{new}=" if group is None
                     else f"sample({new}=...)" if group == "sample" else f"{group}=dict({new}=...)")
-        warnings.warn(f"{owner}: {old}= is deprecated and will be removed in the next release; "
-                      f"use {spelling}", DeprecationWarning, stacklevel=user_stacklevel())
-        out.setdefault(group, {})[new] = value
-    return out
+        renamed.append(f"{old}= was renamed: use {spelling}")
+    if renamed:
+        raise TypeError(f"{owner}: {'; '.join(renamed)}")
+    return {}

@@ -10,6 +10,7 @@ or from a copy outside the source tree against an installed package.
 """
 import contextlib
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -307,46 +308,23 @@ def funnel_target(dim=10, scale=1.0):
 
 
 # ----------------------------------------------------------------------------------------------
-# earlier keyword names (kept for one release with a DeprecationWarning)
-
-DEPRECATED = ".*is deprecated and will be removed in the next release"
+# earlier keyword names (refused with a TypeError that names the new spelling)
 
 
-def check_deprecated_spelling(make_old, make_new, spellings, sample, old_sample=None):
-    """A sampler built with earlier keyword names warns once per name and draws what its new
-    spelling draws.
-
-    ``make_old()`` builds the sampler with the earlier names: it must give one
-    DeprecationWarning per name in ``spellings`` (old name -> the new spelling the warning
-    names, or None not to check it). ``make_new()`` builds it in the new spelling and must
-    give none. Both sample with ``sample`` (sample()'s arguments; ``old_sample`` overrides
-    some for the old spelling, e.g. a ``tune`` that ``n_explore`` overrode); their draws,
-    acceptances and exact evaluation counts must be bit-identical. Returns the two results.
-    """
-    import warnings
-
+def check_renamed(make, old, spellings):
+    """``make(**old)``, a sampler built with earlier keyword names, raises one TypeError that
+    names each of them with its new spelling (``spellings``: old name -> the spelling, every
+    earlier name in ``old``), as "Owner: name= was renamed: use spelling", and nothing else.
+    Returns the message."""
     import pytest
-    with pytest.warns(DeprecationWarning, match=DEPRECATED) as caught:
-        old = make_old()
-    messages = [str(w.message) for w in caught if issubclass(w.category, DeprecationWarning)]
-    owner = type(old).__name__
+    with pytest.raises(TypeError) as raised:
+        make(**old)
+    message = str(raised.value)
     for name, spelling in spellings.items():
-        said = [m for m in messages if m.startswith(f"{owner}: {name}= is deprecated")]
-        assert len(said) == 1, (name, messages)
-        assert spelling is None or said[0].endswith(f"use {spelling}"), said[0]
-    assert len(messages) == len(spellings), messages
-    with warnings.catch_warnings():
-        warnings.filterwarnings("error", message=DEPRECATED, category=DeprecationWarning)
-        new = make_new()
-    kwargs = dict(progress=False, pool=None, **sample)
-    with warnings.catch_warnings():
-        # (a poor surrogate's, short runs' SamplingWarning: said alike of both)
-        warnings.simplefilter("ignore", RuntimeWarning)
-        old_result = old.sample(**dict(kwargs, **(old_sample or {})))
-        new_result = new.sample(**kwargs)
-    for key in ("samples", "accepted", "n_density_evals", "n_gradient_evals"):
-        np.testing.assert_array_equal(old_result[key], new_result[key], err_msg=key)
-    return old_result, new_result
+        assert re.search(rf"(: |; ){name}= was renamed: use {re.escape(spelling)}(;|$)",
+                         message), (name, message)
+    assert message.count(" was renamed: ") == len(spellings), message
+    return message
 
 
 @contextlib.contextmanager

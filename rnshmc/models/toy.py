@@ -2,15 +2,20 @@
 import numpy as np
 
 from .._kernels._toy import GaussianTarget, MixtureTarget, RoughWellTarget
+from ..targets import rebuilt_from_checkpoints
 from ._base import CTargetModel
 
 __all__ = ["Gaussian", "GaussianMixture", "RoughWell", "ill_conditioned_gaussian",
            "correlated_gaussian_2d"]
 
 
+@rebuilt_from_checkpoints("Gaussian")
 class Gaussian(CTargetModel):
     """Multivariate normal N(mean, covariance) as a C-level target, with
     U(q) = (q - mean)^T P (q - mean) / 2 (the log density up to its constant).
+
+    A checkpoint of a run on it holds its mean and precision: :func:`rnshmc.resume`
+    rebuilds it without being given the target.
 
     Parameters
     ----------
@@ -42,6 +47,16 @@ class Gaussian(CTargetModel):
 
     def __reduce__(self):
         return (type(self), (self.mean, None, self.precision))
+
+    def checkpoint_spec(self):
+        """What a checkpoint saves to rebuild this model: its mean and precision (see
+        :func:`rnshmc.targets.rebuilt_from_checkpoints`)."""
+        return dict(mean=self.mean, precision=self.precision)
+
+    @classmethod
+    def from_checkpoint_spec(cls, spec):
+        """The model :meth:`checkpoint_spec` describes."""
+        return cls(spec["mean"], precision=spec["precision"])
 
 
 def ill_conditioned_gaussian(dim=50):

@@ -1,7 +1,7 @@
 """The base of every sampler: settings, a plan of phases, and a thin ``sample()``.
 
 A sampler declares its settings (checked in its constructor), its phases (objects from
-:mod:`rnshmc.samplers._phases`, by name) and its plan (the phases' order and lengths for a
+:mod:`rnshmc.samplers.phases`, by name) and its plan (the phases' order and lengths for a
 run); ``samplers/hmc.py`` is the model. Running the plan is the runner's job
 (:mod:`._runner`: one chain), many chains the execution layer's (:mod:`._execution`),
 checkpoints the checkpointer's (:mod:`.checkpoint`), results :mod:`._result`'s. ``sample()``
@@ -15,14 +15,14 @@ import warnings
 
 import numpy as np
 
-from ..models import Gaussian
 from ..parallel import chain_generators, sigterm_as_ctrl_c
 from ..state import ChainState, generator_to_json
 from ..surrogate import Surrogate
-from ..targets import as_ctarget, check_target, model_init_point, target_dim, unknown_dim
+from ..targets import (as_ctarget, check_target, model_init_point, target_dim, target_spec,
+                       unknown_dim)
 from ..validation import check_initial_points, check_integer, user_stacklevel
 from . import _execution, _result
-from ._phases import GivenStart
+from .phases.base import GivenStart, Phase
 from ._runner import Budget, run_chain
 from ._stopping import StoppingRule
 from .checkpoint import SAMPLERS, Checkpointer, checkpoint_interval, checkpoint_states
@@ -53,7 +53,7 @@ class Sampler:
     TUNE_WORDS = ()
     # arguments a sampler saves in another form (its checkpoint_arguments adds them)
     NOT_CHECKPOINTED = ()
-    # the phase a warm start (``init=`` an earlier run) re-enters: the phases before it are
+    # the phase a warm start (``warm_start=`` an earlier run) re-enters: the phases before it are
     # kept as the earlier run left them (None: this sampler cannot start warm)
     WARM_FROM = None
 
@@ -87,7 +87,7 @@ class Sampler:
         raise NotImplementedError
 
     def phase(self, name):
-        """The :class:`~rnshmc.samplers._phases.Phase` named ``name``."""
+        """The :class:`~rnshmc.samplers.phases.base.Phase` named ``name``."""
         return self.phases[name]
 
     def report(self, result, states):
@@ -109,37 +109,62 @@ class Sampler:
     # ------------------------------------------------------------------------------------------
     # sampling
 
-    def sample(self, draws=None, tune=None, chains=4, rng=None, init=None, progress=True,
-               pool="auto", checkpoint=None, checkpoint_every=1000, *, ess=None, rhat=1.01,
-               max_evals=None, max_time=None):
+    def sample(self, draws=None, *, tune=None, chains=4, rng=None, init=None, warm_start=None,
+               ess=None, rhat=1.01, max_evals=None, max_time=None, progress=True, pool="auto",
+               checkpoint=None, checkpoint_every=1000):
         """Draw samples.
+
+        Only ``draws`` may be given by position; every other argument is keyword-only.
 
         Parameters
         ----------
         draws : int or None
-            Number of kept iterations per chain (None: 1000; with ``ess``, the most per
-            chain, None for no limit).
+            Number of kept iterations per chain. None (default): 1000, or with ``ess`` no
+            limit (the run stops when the ESS is reached or a budget is spent); an int with
+            ``ess`` is the most per chain.
         tune : int or None
             Iterations per chain before the draws (the sampler's docstring says what they
-            do: warm-up, exploration); None: the sampler's default (``DEFAULT_TUNE``).
+            do: warm-up, exploration); None: the sampler's default (``DEFAULT_TUNE``). Not
+            with ``warm_start``.
         chains : int
             Number of independent chains (default 4: R-hat compares them; they run in
-            parallel, see ``pool``).
+            parallel, see ``pool``). With ``warm_start``, the earlier run's chains are
+            continued, as many as it had.
         rng : None, int, SeedSequence or Generator
             Source of randomness; each chain gets its own child stream (SeedSequence.spawn), so
             the same seed gives bit-identical draws, whatever ``pool`` runs the chains.
-        init : None, ndarray of shape (dim,) or (chains, dim), SampleResult or path
+        init : None, ndarray of shape (dim,) or (chains, dim)
             Initial points. None: the model's own (``init_point(rng)``, called once per chain
             with the chain's random stream; :class:`rnshmc.Target`'s ``init_point``) where it
             has one, else each coordinate uniformly from (-2, 2), as Stan does. A chain whose
             start is not finite (its log density or gradient) tries up to 100 points in all:
             a given or model's point jittered by up to 1 in each coordinate, else new uniform
-            draws. An earlier run of this sampler on the same model (its result, or its
-            checkpoint file) starts warm: each chain continues from where that run's chain
-            ended, with its step size, mass matrix and, for surrogate samplers, its surrogate
-            and sampling kernel, and without the phases before ``WARM_FROM`` (warm-up,
-            exploration); ``chains`` and ``tune`` are the earlier run's then. See
-            :meth:`warm_states`.
+            draws. An earlier run goes to ``warm_start`` (given here it is a TypeError that
+            says so).
+        warm_start : None, SampleResult or path
+            An earlier run of this sampler on the same model, to continue: its result (as
+            :meth:`sample` returned it, in this process) or the path of its checkpoint file.
+            Each chain continues from where that run's chain ended, with its step size, mass
+            matrix and, for surrogate samplers, its surrogate and sampling kernel, without
+            the phases before ``WARM_FROM`` (warm-up, exploration): the earlier run's chains
+            and phases are used, so ``init`` and ``tune`` are refused with it (a
+            ValueError). See :meth:`warm_states` and ``docs/guide/choosing-a-sampler.md``.
+        ess : float or None
+            Sample until the pooled minimum bulk ESS over the coordinates reaches ``ess`` (and
+            the bulk and tail ESS at least 100 per chain) and the largest R-hat is at most
+            ``rhat`` (:func:`rnshmc.diagnostics.ess_bulk`, :func:`rnshmc.diagnostics.rhat`,
+            on the sampling draws of all chains), checked at sampling iteration 50 and then
+            every 5% (at least 10 iterations apart), with ``draws`` as the most per chain.
+            None (default): exactly ``draws`` iterations.
+        rhat : float
+            The largest R-hat allowed at the stop with ``ess`` (default 1.01).
+        max_evals : int or None
+            Stop when the chains have made this many exact density evaluations in all (every
+            phase counts; a gradient evaluation counts as one), split equally among them.
+        max_time : float or None
+            Stop at the first chunk end past this many seconds (over a resumed run's
+            sessions). A run stopped by a budget returns the draws so far, with a warning (a
+            budget spent before the first sampling draw raises a ``RuntimeError``).
         progress : bool
             Show a progress bar per chain with its phase, acceptance and divergences (serial
             chains and thread pools; chains in other processes run without one).
@@ -170,22 +195,6 @@ class Sampler:
             An int: iterations per chain between checkpoints (default 1000; the chains wait
             for each other there). A duration: a checkpoint after each chain's first chunk
             boundary (1% of a phase) past that time.
-        ess : float or None
-            Sample until the pooled minimum bulk ESS over the coordinates reaches ``ess`` (and
-            the bulk and tail ESS at least 100 per chain) and the largest R-hat is at most
-            ``rhat`` (:func:`rnshmc.diagnostics.ess_bulk`, :func:`rnshmc.diagnostics.rhat`,
-            on the sampling draws of all chains), checked at sampling iteration 50 and then
-            every 5% (at least 10 iterations apart), with ``draws`` as the most per chain.
-            None (default): exactly ``draws`` iterations.
-        rhat : float
-            The largest R-hat allowed at the stop with ``ess`` (default 1.01).
-        max_evals : int or None
-            Stop when the chains have made this many exact density evaluations in all (every
-            phase counts; a gradient evaluation counts as one), split equally among them.
-        max_time : float or None
-            Stop at the first chunk end past this many seconds (over a resumed run's
-            sessions). A run stopped by a budget returns the draws so far, with a warning (a
-            budget spent before the first sampling draw raises a ``RuntimeError``).
 
         Returns
         -------
@@ -210,6 +219,8 @@ class Sampler:
             checkpoint is written). An exception from the model in one chain stops the others
             the same way and is raised, its ``states`` attribute holding every chain's state.
         """
+        owner = f"{type(self).__name__}.sample"
+        check_start(init, warm_start, owner, tune=tune)
         every, seconds = checkpoint_interval(checkpoint_every)
         if draws is None and ess is None:
             draws = 1000
@@ -228,7 +239,7 @@ class Sampler:
                                       "rnshmc.resume(), or remove it")
             self.checkpoint_arguments()  # fails now, not at the first checkpoint
             checkpointer = Checkpointer(checkpoint, self, run)
-        previous = earlier_run(init)
+        previous = None if warm_start is None else earlier_run(warm_start, owner)
         if previous is not None:
             chains = len(previous)
         planned = draws if rule is None else rule.initial_draws(check_integer(
@@ -300,7 +311,7 @@ class Sampler:
         parts = [self.initial_parts(tune, chains) for _ in range(chains)]
         for c in range(chains):
             if sources[c] is not None:  # (a chain's retries are jittered around it)
-                parts[c]["start"] = GivenStart(point=inits[c].copy(), source=sources[c])
+                parts[c][GivenStart.KEY] = GivenStart(point=inits[c].copy(), source=sources[c])
         inverse_masses = ([None] * chains if self.leapfrog is None
                           else self.leapfrog.inverse_masses(dim, chains))
         return [ChainState(
@@ -335,21 +346,21 @@ class Sampler:
             reached ``WARM_FROM``.
         """
         if self.WARM_FROM is None:
-            raise ValueError(f"{self.name} cannot start from an earlier run (init=result): "
-                             "give initial points instead")
+            raise ValueError(f"{self.name} cannot start from an earlier run (warm_start=): "
+                             "give initial points (init=) instead")
         draws = check_integer(draws, "draws", minimum=1)
         generators = chain_generators(rng, len(previous))
         states = []
         for state, generator in zip(previous, generators):
             names = [name for name, _ in state.phases]
             if state.sampler != self.name or self.WARM_FROM not in names:
-                raise ValueError(f"init: a run of {state.sampler}, not of {self.name}")
+                raise ValueError(f"warm_start: a run of {state.sampler}, not of {self.name}")
             if self.dim is not None and state.dim != self.dim:
-                raise ValueError(f"init: the earlier run's model has dimension {state.dim}, "
+                raise ValueError(f"warm_start: the earlier run's model has dimension {state.dim}, "
                                  f"this one {self.dim}")
             index = names.index(self.WARM_FROM)
             if state.phase_index <= index or state.kernel is None:
-                raise ValueError(f"init: chain {state.chain} of the earlier run did not get "
+                raise ValueError(f"warm_start: chain {state.chain} of the earlier run did not get "
                                  f"past its {self.WARM_FROM} phase")
             new = state.copy()
             new.phases = [[name, int(length) if i < index else 0]
@@ -385,7 +396,7 @@ class Sampler:
         """Lengthen every chain's sampling phase to ``length`` iterations (a run under a
         stopping rule), and tell the phases (see ``Phase.extended``)."""
         for state in states:
-            state.extend_phase("sampling", length)
+            state.extend_phase(Phase.SAMPLING, length)
         for name in dict.fromkeys(name for name, _ in states[0].phases):
             self.phase(name).extended(states, length)
 
@@ -417,7 +428,8 @@ class Sampler:
 
     def checkpoint_arguments(self):
         """The arguments this sampler was made with, without the target, as a checkpoint
-        saves them (plus ``target_spec`` for a built-in Gaussian target).
+        saves them (plus ``target_spec`` for a model that checkpoints rebuild, such as a
+        built-in Gaussian: see :func:`rnshmc.targets.rebuilt_from_checkpoints`).
 
         Raises
         ------
@@ -433,9 +445,9 @@ class Sampler:
                 raise ValueError(f"{self.name} cannot checkpoint its argument {key}={value!r} "
                                  "(only numbers, strings, arrays and lists or dicts of them "
                                  "are saved without pickle)")
-        if isinstance(self.target, Gaussian):
-            arguments["target_spec"] = dict(mean=self.target.mean,
-                                            precision=self.target.precision)
+        spec = target_spec(self.target)
+        if spec is not None:
+            arguments["target_spec"] = spec
         return arguments
 
     @classmethod
@@ -478,16 +490,37 @@ def warn_unadapted(name, tune, step_size):
                       "initial step size, unadapted", stacklevel=user_stacklevel())
 
 
-def earlier_run(init):
-    """The chain states of an earlier run given as ``init`` (a result of ``sample()``, or the
-    path of its checkpoint), or None for initial points."""
-    if isinstance(init, (str, os.PathLike)):
-        return checkpoint_states(init)
-    states = getattr(init, "_chain_states", None) if isinstance(init, dict) else None
-    if isinstance(init, dict) and states is None:
-        raise ValueError("init: this result does not hold its chains' final states (a "
-                         "result loaded from a file, or an interrupted run): give the "
-                         "run's checkpoint file instead")
+def check_start(init, warm_start, owner, tune=None):
+    """Refuse an earlier run given as ``init`` (it goes to ``warm_start``), and ``init`` or
+    ``tune`` with ``warm_start`` (the earlier run's chains and phases are used); ``owner``
+    names the function in the errors."""
+    if isinstance(init, (dict, str, os.PathLike)):
+        raise TypeError(f"{owner}: init takes initial points (an array of shape (dim,) or "
+                        "(chains, dim)); to continue an earlier run (its result or the path "
+                        "of its checkpoint) use warm_start=")
+    if warm_start is None:
+        return
+    for name, value in (("init", init), ("tune", tune)):
+        if value is not None:
+            raise ValueError(f"{owner}: give {name}= or warm_start=, not both: a warm start "
+                             "continues each chain of the earlier run from where it ended, "
+                             "with its chains and its phases before the sampling (its "
+                             "warm-up or exploration)")
+
+
+def earlier_run(warm_start, owner="sample"):
+    """The chain states of the earlier run given as ``warm_start`` (a result of
+    ``sample()``, or the path of its checkpoint)."""
+    if isinstance(warm_start, (str, os.PathLike)):
+        return checkpoint_states(warm_start)
+    if not isinstance(warm_start, dict):
+        raise TypeError(f"{owner}: warm_start must be a result of sample() or the path of a "
+                        f"run's checkpoint, got {type(warm_start).__name__}")
+    states = getattr(warm_start, "_chain_states", None)
+    if states is None:
+        raise ValueError(f"{owner}: warm_start: this result does not hold its chains' final "
+                         "states (a result loaded from a file, or an interrupted run): give "
+                         "the run's checkpoint file instead")
     return states
 
 

@@ -21,6 +21,7 @@ from ..parallel import (blas_limits, interruptible, is_dask, local_pool, map_cha
 from ..targets import as_ctarget
 from ._progress import new_run, progress_board
 from ._runner import Budget, run_chain
+from .phases.base import Phase
 
 __all__ = ["chain_pool", "run_states", "run_to_end", "join_barriers"]
 
@@ -228,7 +229,7 @@ def join_barriers(sampler, states, until=None):
     once the waiting chains have caught up: a chain that left a shared barrier, a surrogate
     of its own, does not wait there)."""
     waiting = [s for s in states if sampler.waiting(s)]
-    paused = lambda s: until is not None and s.phase == "sampling" and s.iteration >= until
+    paused = lambda s: until is not None and s.phase == Phase.SAMPLING and s.iteration >= until
     if not waiting or not all(s.done or sampler.waiting(s) or paused(s) for s in states):
         return
     for name in dict.fromkeys(s.phase for s in waiting):  # (in chain order, once each)

@@ -8,11 +8,12 @@ from ..diagnostics import DIVERGENCE_ADVICE, ESS_PER_CHAIN, SamplingWarning, hea
 from ..results import SampleResult
 from ..state import ChainState
 from ..validation import user_stacklevel
+from .phases.base import Phase
 
-__all__ = ["base_result", "cut_to", "warn_if_acceptance_collapsed"]
+__all__ = ["base_result", "cut_to"]
 
 # result["timings"] keys of the phases (others are keyed by their names)
-TIMING_NAMES = {"warmup": "tune", "exploration": "tune", "training": "train"}
+TIMING_NAMES = {Phase.WARMUP: "tune", Phase.EXPLORATION: "tune", Phase.TRAINING: "train"}
 
 
 
@@ -30,7 +31,7 @@ def base_result(name, states):
     -------
     SampleResult
     """
-    stack = lambda key: np.stack([s.outputs["sampling"][key] for s in states])
+    stack = lambda key: np.stack([s.outputs[Phase.SAMPLING][key] for s in states])
     records = stack("records")
     evals = lambda phase, i: np.array([s.evals.get(phase, [0, 0])[i] for s in states],
                                       dtype=np.int64)
@@ -56,8 +57,8 @@ def base_result(name, states):
         inverse_mass_matrix=None if inverse_mass[0] is None else np.stack(inverse_mass),
         n_density_evals=total(0),
         n_gradient_evals=total(1),
-        n_density_evals_sampling=evals("sampling", 0),
-        n_gradient_evals_sampling=evals("sampling", 1),
+        n_density_evals_sampling=evals(Phase.SAMPLING, 0),
+        n_gradient_evals_sampling=evals(Phase.SAMPLING, 1),
         timings=timings,
     )
     warn_about_stuck_chains(name, result)
@@ -146,14 +147,14 @@ def cut_to(state, draws, copy=True):
     was drawn of a run that was stopped), for a result; ``copy=False`` cuts the state itself
     (a run that ends there: a deep copy of a surrogate sampler's online estimator took a
     second)."""
-    index = [name for name, _ in state.phases].index("sampling")
+    index = [name for name, _ in state.phases].index(Phase.SAMPLING)
     n = state.phases[index][1]
-    sampling = state.outputs.get("sampling", {})
+    sampling = state.outputs.get(Phase.SAMPLING, {})
     if copy:
         state = ChainState.from_dict(dict(state.to_dict(),
                                           outputs=dict(state.outputs, sampling={}))).copy()
-    state.phases[index] = ["sampling", draws]
-    state.outputs["sampling"] = {key: value[:draws].copy() if isinstance(value, np.ndarray)
+    state.phases[index] = [Phase.SAMPLING, draws]
+    state.outputs[Phase.SAMPLING] = {key: value[:draws].copy() if isinstance(value, np.ndarray)
                                  and value.shape[:1] == (n,) else value
                                  for key, value in sampling.items()}
     state.phase_index, state.iteration = len(state.phases), 0
@@ -163,8 +164,8 @@ def cut_to(state, draws, copy=True):
 def sampling_draws(state):
     """The sampling iterations a chain has made."""
     if state.done:
-        return state.phase_length("sampling")
-    return state.iteration if state.phase == "sampling" else 0
+        return state.phase_length(Phase.SAMPLING)
+    return state.iteration if state.phase == Phase.SAMPLING else 0
 
 
 def drawn_so_far(name, states, checkpoint=None):
@@ -175,7 +176,7 @@ def drawn_so_far(name, states, checkpoint=None):
     if not drawn:
         return None
     kept = min(n for _, n in drawn)
-    draws = drawn[0][0].phase_length("sampling")
+    draws = drawn[0][0].phase_length(Phase.SAMPLING)
     saved = "" if checkpoint is None else f" (the run is saved in {checkpoint})"
     warnings.warn(f"{name}: interrupted; returning the first {kept} of {draws} draws of "
                   f"chains {[s.chain for s, _ in drawn]} (the chains with sampling "
@@ -225,33 +226,3 @@ def warn_about_lagging_chains(name, result):
                 "draws mix slowly. Look at its trace and R-hat; a longer warm-up (tune) or a "
                 "start nearer the others (init) usually helps.", RuntimeWarning,
                 stacklevel=user_stacklevel())
-
-
-def warn_if_acceptance_collapsed(name, accepted, reference, reference_is, advice):
-    """Warn, once for all chains, about chains whose acceptance over a window of draws (a
-    tenth, at least 50) is under a third of ``reference`` (per chain).
-
-    Parameters
-    ----------
-    name : str
-    accepted : ndarray of bool, shape (chains, draws)
-    reference : ndarray of shape (chains,)
-    reference_is : str
-        What the reference is, for the message.
-    advice : str
-        What to try, for the message: what fixed such a fall in the tests.
-    """
-    draws = accepted.shape[1]
-    width = min(max(50, draws // 10), draws)
-    windows = accepted[:, :draws // width * width].reshape(len(accepted), -1, width).mean(axis=2)
-    falls = []
-    for chain, (rates, rate) in enumerate(zip(windows, reference)):
-        low = np.flatnonzero(rates < rate / 3)
-        if low.size:
-            falls.append(f"chain {chain} to {rates[low[0]]:.2f} over draws {low[0] * width}-"
-                         f"{(low[0] + 1) * width - 1} (of {rate:.2f})")
-    if falls:
-        warnings.warn(
-            f"{name}: acceptance fell under a third of {reference_is}: {'; '.join(falls)}. "
-            f"The surrogate is poor in part of the posterior: the chains are still exact but "
-            f"mix slowly there. {advice}", RuntimeWarning, stacklevel=user_stacklevel())

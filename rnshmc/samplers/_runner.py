@@ -1,13 +1,15 @@
 """One chain through its plan of phases, in chunks of C transitions, under a budget.
 
 :func:`run_chain` takes a :class:`~rnshmc.state.ChainState` and the sampler that made it, and
-runs the phases of its plan (:mod:`rnshmc.samplers._phases`): each phase makes its C chain,
-does its one-time start, iterates, and does its end. Iterating means calling the C loop for a
-chunk of transitions at a time (a hundredth of the phase, cut at the warm-up's window ends);
-Python is re-entered only at chunk ends, where the state is made current (so a chain stopped
-there continues bit for bit), the progress bar moves and the budget is checked. Step-size and
-mass-matrix adaptation accumulate inside the C loop; at a window's end the phase installs the
-new mass matrix.
+runs the phases of its plan (:mod:`rnshmc.samplers.phases`): each phase makes its C chain,
+does its one-time start (then its warm-up's), iterates, and does its end. Iterating is the
+runner's alone: it runs the phase's segments (the whole phase, or the stretches between a
+surrogate sampler's trust reviews and installs), calling the phase after each, and each
+segment in chunks of transitions of the C loop (a hundredth of the phase, cut at the
+warm-up's window ends). Python is re-entered only at chunk ends, where the state is made
+current (so a chain stopped there continues bit for bit), the progress bar moves and the
+budget is checked. Step-size and mass-matrix adaptation accumulate inside the C loop; at a
+window's end the phase's warm-up installs the new mass matrix.
 
 The runner stops a chain when its plan is done, its :class:`Budget` is spent (iterations, or a
 deadline checked at chunk ends), or it reaches a barrier of its phase (a step that needs every
@@ -20,6 +22,7 @@ import numpy as np
 from .._kernels._chain import TRANSITION
 from ..state import generator_from_json, generator_to_json
 from ._progress import Progress, RelayedProgress
+from .phases.base import Phase
 
 __all__ = ["Budget", "ChainRun", "run_chain", "exact_evaluations", "CHUNKS_PER_PHASE"]
 
@@ -55,7 +58,7 @@ class Budget:
         """The iterations this budget allows ``state``."""
         n = state.iterations_left() if self.iterations is None else self.iterations
         if self.until is not None:
-            n = min(n, state.iterations_until("sampling", self.until))
+            n = min(n, state.iterations_until(Phase.SAMPLING, self.until))
         return n
 
     def spent(self, sampler, state):
@@ -114,8 +117,10 @@ class ChainRun:
                 outputs[key] = (np.zeros(n_iter, TRANSITION) if key == "records"
                                 else np.zeros((n_iter, dim)))
         chunk = max(1, n_iter // CHUNKS_PER_PHASE)
-        adapt_step = phase.adapts_step_size(self)
-        schedule = phase.warmup_schedule(state, n_iter) if phase.adapts_mass(self) else None
+        warmup = phase.warmup
+        adapt_step = warmup is not None and warmup.adapts_step_size(self)
+        schedule = (warmup.schedule(state, n_iter)
+                    if warmup is not None and warmup.adapts_mass(self) else None)
         boundaries = set(range(chunk, n_iter, chunk)) | {n_iter}
         if schedule is not None:
             boundaries |= set(schedule.boundaries())
@@ -163,13 +168,38 @@ class ChainRun:
             state.iteration = stop
             ran += n
             if accumulate and schedule.window_end(stop - 1):
-                phase.window_end(self, chain, adapt_step)
+                warmup.window_end(self, chain, adapt_step)
             self.keep_current(phase.name, chain)
             self.bar.transitions_done(phase.name, rows["records"])
             if stop < boundary or self.budget_spent():
                 break
-        if state.iteration == n_iter and phase.adapt and not phase.waiting(state):
-            phase.finish_adaptation(self, chain)
+        if state.iteration == n_iter and warmup is not None and not phase.waiting(state):
+            warmup.finish(self, chain)
+        return ran
+
+    def iterate(self, phase, chain, budget):
+        """Run ``phase`` from ``state.iteration`` for at most ``budget`` iterations, segment by
+        segment (:meth:`Phase.segment_stop`), each in chunks; returns the iterations run. It
+        stops early where the phase's dynamics changed after a segment (its chain must be
+        made anew), at a barrier, or when the budget's deadline or evaluations are spent."""
+        state = self.state
+        n_iter = state.phase_length(phase.name)
+        ran = 0
+        while ran < budget and state.iteration < n_iter:
+            first = state.iteration
+            stop = min(phase.segment_stop(self, n_iter), n_iter)
+            if stop <= first:  # never loop in silence
+                raise RuntimeError(f"{self.sampler.name} chain {state.chain}: a {phase.name} "
+                                   f"segment ends where it starts ({first}; a bug)")
+            phase.begin_segment(self, chain, first, stop)
+            n = self.run_chunks(phase, chain, min(budget - ran, stop - first))
+            if n == 0:
+                break
+            ran += n
+            if phase.end_segment(self, chain, first, stop):
+                break  # (the runner makes the phase's new chain)
+            if phase.waiting(state) or self.budget_spent():
+                break
         return ran
 
     def run(self):
@@ -190,12 +220,14 @@ class ChainRun:
                 chain.set_stop_flag(self.stop_flag)
             if not state.phase_started:
                 phase.begin(self, chain)
+                if phase.warmup is not None:
+                    phase.warmup.begin(self, chain)
                 state.phase_started = True
                 if chain is not None:
                     self.keep_current(name, chain)
             elif chain is not None:
                 chain.set_state(state.kernel)
-            budget -= phase.iterate(self, chain, budget) if n_iter else 0
+            budget -= self.iterate(phase, chain, budget) if n_iter else 0
             # (a phase may wait at its end: a check there can lengthen it)
             if state.iteration == n_iter and not phase.waiting(state):
                 phase.end(self, chain)

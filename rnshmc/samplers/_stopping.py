@@ -23,6 +23,7 @@ from ..diagnostics import ESS_PER_CHAIN, SamplingWarning, ess_tail, rhat_and_ess
 from ..validation import check_integer, check_real, user_stacklevel
 from ._result import cut_to, sampling_draws
 from ._runner import Budget, exact_evaluations
+from .phases.base import Phase
 
 __all__ = ["StoppingRule", "BudgetSpent"]
 
@@ -119,7 +120,7 @@ class StoppingRule:
             until = self.next_check(drawn)
             if self.draws is not None:
                 until = min(until, self.draws)
-            planned = states[0].phase_length("sampling")
+            planned = states[0].phase_length(Phase.SAMPLING)
             # (longer than the check: a chain that ends its plan is done for good)
             if until >= planned and (self.draws is None or planned < self.draws):
                 grown = max(until + 1, math.ceil(1.5 * planned))
@@ -139,7 +140,7 @@ class StoppingRule:
             drawn = [sampling_draws(s) for s in states]
             n = min(drawn)
             if n == max(drawn) and n >= FIRST_CHECK and self.is_check(n):
-                samples = np.stack([s.outputs["sampling"]["samples"][:n] for s in states])
+                samples = np.stack([s.outputs[Phase.SAMPLING]["samples"][:n] for s in states])
                 self.checked = (n,) + convergence(samples)
                 if self.converged(*self.checked[1:], chains=len(states)):
                     return "converged"
@@ -181,7 +182,7 @@ class StoppingRule:
             if self.checked is not None and self.checked[0] == n:  # (checked at n already)
                 record["ess"], record["rhat"], record["ess_tail"] = self.checked[1:]
             else:
-                samples = np.stack([s.outputs["sampling"]["samples"][:n] for s in states])
+                samples = np.stack([s.outputs[Phase.SAMPLING]["samples"][:n] for s in states])
                 record["ess"], record["rhat"], record["ess_tail"] = convergence(samples)
             if reason != "converged":
                 warnings.warn(

@@ -1,6 +1,6 @@
 """ARNS-HMC: RNS-HMC whose surrogate keeps learning during sampling, with vanishing adaptation
 (Algorithm 4 of Zhang, Shahbaba and Zhao 2017; ``docs/algorithms.md``)."""
-from ._phases import OnlineInstalls, inverse_sqrt
+from .phases.online import OnlineInstalls, inverse_sqrt
 from .rns import RNSHMC, surrogate_hmc_phases
 
 __all__ = ["ARNSHMC"]

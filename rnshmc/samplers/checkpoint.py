@@ -2,9 +2,16 @@
 
 A checkpoint (``.npz`` without pickle) holds every chain's :class:`~rnshmc.state.ChainState`
 (the phase under way's outputs cut to the rows drawn), the sampler's class and the arguments
-it was made with, the run's arguments, and a point with its log density that the resumed
-run's target must reproduce. Samplers register here (by class name) when they are defined,
-so :func:`resume` finds the class of a saved run without importing the samplers.
+it was made with (with, for a model that checkpoints rebuild, its kind and spec: see
+:func:`rnshmc.targets.rebuilt_from_checkpoints`), the run's arguments, a point with its log
+density that the resumed run's target must reproduce, its layout (``format``) and the rnshmc
+version that wrote it (``rnshmc_version``). Samplers register here (by class name) when they
+are defined, so :func:`resume` finds the class of a saved run without importing the samplers.
+
+A checkpoint written by another version of rnshmc is read if it can be; where it cannot (its
+layout, its sampler or its arguments are not this version's), the ValueError names the version
+that wrote it and the one running. A file without ``rnshmc_version`` was written before
+checkpoints recorded it.
 """
 import datetime
 import os
@@ -13,15 +20,15 @@ import warnings
 
 import numpy as np
 
-from ..models import Gaussian
 from ..results import SampleResult, load as load_tree
 from ..state import ChainState
-from ..targets import as_ctarget, target_dim
+from ..targets import as_ctarget, target_dim, target_from_spec
 from ..validation import check_integer, user_stacklevel
+from ..versions import __version__
 
 __all__ = ["Checkpointer", "checkpoint_interval", "resume", "SAMPLERS"]
 
-_CHECKPOINT_FORMAT = "rnshmc.Checkpoint/3"
+_CHECKPOINT_FORMAT = "rnshmc.Checkpoint/3"  # (the layout; another layout is not read)
 
 # sampler classes by name (filled by rnshmc.samplers._base.Sampler.__init_subclass__)
 SAMPLERS = {}
@@ -203,7 +210,8 @@ class Checkpointer:
         sampler = self.sampler
         if rule is not None:
             self.run["elapsed"] = rule.seconds_used()
-        tree = SampleResult(format=_CHECKPOINT_FORMAT, sampler=type(sampler).__name__,
+        tree = SampleResult(format=_CHECKPOINT_FORMAT, rnshmc_version=__version__,
+                            sampler=type(sampler).__name__,
                             arguments=sampler.checkpoint_arguments(), run=self.run,
                             states=[_state_tree(state) for state in states],
                             target_check=self.target_check(states[0], ask_model))
@@ -259,17 +267,47 @@ def _state_tree(state):
 
 
 def read_checkpoint(path):
-    """(the checkpoint's tree, its chains' states); ValueError if unreadable."""
+    """(the checkpoint's tree, its chains' states).
+
+    Raises
+    ------
+    ValueError
+        If the file is not a readable rnshmc checkpoint; for one written by another version
+        of rnshmc that this one cannot read, naming both versions (see :func:`unreadable`).
+    """
     try:
         tree = dict(load_tree(path))
     except Exception as error:  # noqa: BLE001 - any unreadable file is reported the same way
         raise ValueError(f"{path}: not a readable rnshmc checkpoint ({error})") from None
-    if tree.get("format") != _CHECKPOINT_FORMAT:
-        raise ValueError(f"{path}: not an rnshmc checkpoint (of this version of rnshmc)")
+    layout = tree.get("format")
+    if not (isinstance(layout, str) and layout.startswith("rnshmc.Checkpoint/")):
+        raise ValueError(f"{path}: not an rnshmc checkpoint")
+    if layout != _CHECKPOINT_FORMAT:
+        raise unreadable(path, tree, f"its layout is {layout!r}, this version reads "
+                                     f"{_CHECKPOINT_FORMAT!r}")
     try:
         return tree, [_state_from_tree(s) for s in tree["states"]]
     except (KeyError, TypeError, AttributeError, ValueError) as error:
-        raise ValueError(f"{path}: malformed rnshmc checkpoint ({error!r})") from None
+        raise unreadable(path, tree, f"its chains' states cannot be read ({error!r})") from None
+
+
+def written_by(tree):
+    """The rnshmc that wrote a checkpoint's ``tree``, in words (a file without
+    ``rnshmc_version`` was written before checkpoints recorded it)."""
+    version = tree.get("rnshmc_version")
+    return (f"rnshmc {version}" if isinstance(version, str) else
+            "an rnshmc from before checkpoints recorded their version")
+
+
+def unreadable(path, tree, problem):
+    """The ValueError for a checkpoint this version cannot use because of ``problem``: for
+    one written by another version (or by one that did not record it), naming the version
+    that wrote it and this one; else a malformed checkpoint."""
+    if tree.get("rnshmc_version") == __version__:
+        return ValueError(f"{path}: malformed rnshmc checkpoint: {problem}")
+    return ValueError(f"{path}: this checkpoint was written by {written_by(tree)}, and this is "
+                      f"rnshmc {__version__}, which cannot use it: {problem}. Continue it with "
+                      "the version that wrote it, or start a new run")
 
 
 def checkpoint_states(path):
@@ -312,8 +350,9 @@ def resume(path, target=None, progress=True, pool="auto"):
     path : str or path-like
     target : the model
         The run's target. A checkpoint does not hold the model (a Python function cannot be
-        saved without pickle); a built-in :class:`rnshmc.models.Gaussian` is rebuilt when
-        not given.
+        saved without pickle); a model that checkpoints rebuild (a built-in
+        :class:`rnshmc.models.Gaussian`: see :func:`rnshmc.targets.rebuilt_from_checkpoints`)
+        is rebuilt when not given.
     progress, pool
         As for ``sample()``.
 
@@ -325,8 +364,10 @@ def resume(path, target=None, progress=True, pool="auto"):
     ------
     ValueError
         If the file is not a readable checkpoint, or ``target`` is not the run's model (its
-        dimension, or its log density at the run's first starting point, differs). Nothing
-        is written then.
+        dimension, or its log density at the run's first starting point, differs). For a
+        checkpoint of another version of rnshmc that this one cannot continue (its layout,
+        sampler or arguments differ), the message names the version that wrote it and this
+        one. Nothing is written then.
 
     Warns
     -----
@@ -336,21 +377,37 @@ def resume(path, target=None, progress=True, pool="auto"):
     """
     tree, states = read_checkpoint(path)
     try:
-        cls = SAMPLERS[tree["sampler"]]
         arguments, run = dict(tree["arguments"]), dict(tree["run"])
         point, log_density = tree["target_check"]
+        name = tree["sampler"]
     except (KeyError, TypeError, AttributeError, ValueError) as error:
-        raise ValueError(f"{path}: malformed rnshmc checkpoint ({error!r})") from None
+        raise unreadable(path, tree, f"{error!r}") from None
+    if name not in SAMPLERS:
+        raise unreadable(path, tree, f"its sampler {name!r} is not one of this version's")
     spec = arguments.pop("target_spec", None)
     if target is None:
         if spec is None:
             raise ValueError(f"{path}: give the run's target to resume (a checkpoint holds "
-                             "the model only for built-in Gaussians)")
-        target = Gaussian(spec["mean"], precision=spec["precision"])
+                             "the model only for models it rebuilds, such as built-in "
+                             "Gaussians)")
+        if "kind" not in spec:  # (written before models named their kind: only Gaussians were
+            spec = {"kind": "Gaussian", "spec": spec}  # saved, as their mean and precision)
+        try:
+            target = target_from_spec(spec)
+        except (KeyError, TypeError, ValueError) as error:
+            problem = f"its model cannot be rebuilt ({error}): give the run's target"
+            if tree.get("rnshmc_version") == __version__:
+                raise ValueError(f"{path}: {problem}") from None
+            raise unreadable(path, tree, problem) from None
     if hasattr(target, "dim") and target_dim(target) != states[0].dim:
         raise ValueError(f"{path}: the run's model has dimension {states[0].dim}, the target "
                          f"given {target_dim(target)}")
-    sampler = cls.from_checkpoint_arguments(target, arguments)
+    try:
+        sampler = SAMPLERS[name].from_checkpoint_arguments(target, arguments)
+    except (TypeError, ValueError) as error:
+        if tree.get("rnshmc_version") == __version__:
+            raise
+        raise unreadable(path, tree, f"its sampler's arguments are refused ({error})") from error
     check = _target_check(target, states[0])[1]
     if not np.isfinite(float(log_density)):
         # written at a failure before any check was known, or while the model answered

@@ -7,11 +7,12 @@ import numpy as np
 
 from ..validation import check_group, check_real, moved_arguments
 from ._base import Sampler
-from ._phases import (LeapfrogSettings, MetropolisExploration, MetropolisPhase, PilotKernel,
-                      SurrogateFit, SurrogateSampling, SurrogateSettings)
-from ._result import warn_if_acceptance_collapsed
-from .rns import (NETWORK_KEYS, check_n_steps, check_step_cost, earlier_tune,
-                  surrogate_group, trust_watch, warn_about_trust_events)
+from .phases.base import LeapfrogSettings, Phase, by_name
+from .phases.dynamics import SurrogateSampling, trust_watch, warn_about_surrogate
+from .phases.exact import MetropolisPhase
+from .phases.exploration import MetropolisExploration
+from .phases.fit import FitState, PilotKernel, SurrogateFit, SurrogateSettings
+from .rns import NETWORK_KEYS, check_n_steps, check_step_cost, earlier_tune, surrogate_group
 
 __all__ = ["GradientFreeRNSHMC", "AdaptiveMetropolis"]
 
@@ -66,12 +67,13 @@ class AdaptiveMetropolis(Sampler):
     def __init__(self, target, *, target_accept=0.234):
         super().__init__(target)
         self.target_accept = check_real(target_accept, "target_accept", lower=0.0, upper=1.0)
-        self.phases = {"warmup": MetropolisPhase("warmup", self.target_accept, adapting=True),
-                       "sampling": MetropolisPhase("sampling", self.target_accept,
-                                                   adapting=False, keep=("samples", "records"))}
+        self.phases = by_name(
+            MetropolisPhase(Phase.WARMUP, self.target_accept, adapting=True),
+            MetropolisPhase(Phase.SAMPLING, self.target_accept, adapting=False,
+                            keep=("samples", "records")))
 
     def plan(self, draws, tune, chains, dim):
-        return [["warmup", tune], ["sampling", draws]]
+        return [[Phase.WARMUP, tune], [Phase.SAMPLING, draws]]
 
     def report(self, result, states):
         # the proposal adapted in warm-up, frozen
@@ -182,8 +184,7 @@ class GradientFreeRNSHMC(Sampler):
     -----
     Earlier names (``nodes``, ``activation``, ``ridge``, ``weight_scale``, ``whiten``,
     ``n_train``, ``training_data``, ``surrogate_step_cost``, ``surrogate_n_steps``,
-    ``n_explore``, ``explore_accept``) still work for this release, with a
-    DeprecationWarning naming the new spelling.
+    ``n_explore``, ``explore_accept``) raise a TypeError naming the new spelling.
 
     The result has the keys of :class:`~rnshmc.RNSHMC`'s (``n_gradient_evals`` is 0;
     ``exploration_acceptance_rate`` is the adaptive Metropolis's over the training window;
@@ -211,7 +212,7 @@ class GradientFreeRNSHMC(Sampler):
     NEEDS_GRADIENT = False
     DEFAULT_TUNE = "auto"
     TUNE_WORDS = ("auto",)
-    WARM_FROM = "training"
+    WARM_FROM = Phase.TRAINING
 
     def __init__(self, target, *, n_hidden="auto", surrogate=None, step_size=None,
                  n_steps="auto", jitter=True, delayed_acceptance=False, explore=None,
@@ -244,14 +245,12 @@ class GradientFreeRNSHMC(Sampler):
                                 step_cost=check_step_cost(surrogate.get("step_cost", "auto")),
                                 jitter=self.leapfrog.jitter)
         self.trust = trust_watch(trust, reference="surrogate", **TRUST_DEFAULTS)
-        self.phases = {"exploration": exploration, "training": self.fit,
-                       "sampling": SurrogateSampling(self.fit, self.leapfrog,
-                                                     self.delayed_acceptance, trust=self.trust,
-                                                     keep_gradients=False,
-                                                     exact_kernel="metropolis")}
+        self.phases = by_name(exploration, self.fit, SurrogateSampling(
+            self.fit, self.leapfrog, self.delayed_acceptance, trust=self.trust,
+            keep_gradients=False, exact_kernel="metropolis"))
 
     def warm_parts(self, state):
-        self.fit.warm(state)
+        self.phases[Phase.SAMPLING].warm(state)
 
     def plan(self, draws, tune, chains, dim):
         if tune == "auto":
@@ -259,7 +258,7 @@ class GradientFreeRNSHMC(Sampler):
         n_explore = self.fit.exploration.length(tune if self.n_explore is None
                                                 else self.n_explore)
         self.leapfrog.check_chains(chains)
-        return [["exploration", n_explore], ["training", 0], ["sampling", draws]]
+        return [[Phase.EXPLORATION, n_explore], [Phase.TRAINING, 0], [Phase.SAMPLING, draws]]
 
     @staticmethod
     def exploration_length(dim, chains=1):
@@ -296,12 +295,9 @@ class GradientFreeRNSHMC(Sampler):
         result["delayed_acceptance"] = self.delayed_acceptance
         result["share_surrogate"] = self.share_surrogate
         result["surrogate_acceptance_rate"] = np.array(
-            [s.parts["fit"].surrogate_acceptance_rate for s in states])
-        if self.trust is not None:
-            warn_about_trust_events(self.name, self.trust, result)
-            return
-        warn_if_acceptance_collapsed(
-            self.name, result.accepted, result.surrogate_acceptance_rate,
+            [FitState.of(s).surrogate_acceptance_rate for s in states])
+        warn_about_surrogate(
+            self.name, self.trust, result, result.surrogate_acceptance_rate,
             "the acceptance the surrogate's dynamics reach on the surrogate itself",
             # what fixed such falls in the tests: more units for a network too small (10 on
             # a 5-d Gaussian); on a curved 6-d banana neither four or eight times the

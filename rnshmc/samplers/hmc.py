@@ -1,6 +1,7 @@
 """Hamiltonian Monte Carlo (Algorithm 1 of the RNS-HMC paper) with Stan-style warm-up."""
 from ._base import Sampler, warn_unadapted
-from ._phases import HMCPhase, LeapfrogSettings
+from .phases.base import LeapfrogSettings, Phase
+from .phases.exact import HMCPhase
 
 __all__ = ["HMC"]
 
@@ -51,7 +52,7 @@ class HMC(Sampler):
     """
 
     name = "HMC"
-    WARM_FROM = "sampling"
+    WARM_FROM = Phase.SAMPLING
 
     def __init__(self, target, *, step_size=None, n_steps=10, jitter=True, mass_matrix=None,
                  inverse_mass_matrix=None, adapt_mass_matrix=None, target_accept=0.8,
@@ -60,11 +61,11 @@ class HMC(Sampler):
         self.leapfrog = LeapfrogSettings(step_size, n_steps, jitter, mass_matrix,
                                          inverse_mass_matrix, adapt_mass_matrix, target_accept,
                                          max_energy_error, dim=self.dim)
-        self.phases = {"warmup": HMCPhase("warmup", self.leapfrog, adapt=True),
-                       "sampling": HMCPhase("sampling", self.leapfrog,
-                                            keep=("samples", "records"))}
+        self.phases = {Phase.WARMUP: HMCPhase(Phase.WARMUP, self.leapfrog, adapt=True),
+                       Phase.SAMPLING: HMCPhase(Phase.SAMPLING, self.leapfrog,
+                                                keep=("samples", "records"))}
 
     def plan(self, draws, tune, chains, dim):
         self.leapfrog.check_chains(chains)
         warn_unadapted(self.name, tune, self.leapfrog.step_size)
-        return [["warmup", tune], ["sampling", draws]]
+        return [[Phase.WARMUP, tune], [Phase.SAMPLING, draws]]

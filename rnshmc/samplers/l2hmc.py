@@ -16,10 +16,12 @@ from ..surrogate import Surrogate, surrogate_from_state
 from ..targets import as_ctarget, target_dim
 from ..validation import check_integer, check_real, moved_arguments, user_stacklevel
 from ._base import Sampler
-from ._phases import (DynamicsState, FitState, Phase, euclidean_chain, jump_reference,
-                      sampling_evals, start_where_finite)
 from ._progress import Progress
-from .rns import RNSHMC, trust_watch, warn_about_trust_events
+from .phases.base import Phase, by_name, euclidean_chain, start_where_finite
+from .phases.dynamics import (DynamicsState, WatchedPhase, running_exact, sampling_evals,
+                              trust_report, trust_watch, warn_about_trust_events)
+from .phases.fit import FitState, jump_reference
+from .rns import RNSHMC
 
 __all__ = ["L2HMC"]
 
@@ -117,7 +119,8 @@ class L2HMC(Sampler):
     Notes
     -----
     Earlier names: ``hidden`` (now ``n_hidden``) and ``rng`` (the initial weights' stream:
-    now ``train(rng=...)``'s) still work for this release, with a DeprecationWarning.
+    now ``train(rng=...)``'s, or ``initialize(rng)``) raise a TypeError naming the new
+    spelling.
 
     Examples
     --------
@@ -170,9 +173,9 @@ class L2HMC(Sampler):
         self.trust = (None if surrogate is None
                       else trust_watch(trust, reference="surrogate", **TRUST_DEFAULTS))
         # a burn-in of ``tune`` iterations (nothing adapted), then ``draws``
-        self.phases = {"warmup": LearnedPhase("warmup", self),
-                       "sampling": LearnedPhase("sampling", self, keep=("samples", "records"),
-                                                trust=self.trust)}
+        self.phases = by_name(LearnedPhase(Phase.WARMUP, self),
+                              LearnedPhase(Phase.SAMPLING, self, keep=("samples", "records"),
+                                           trust=self.trust))
         size = parameter_layout(dim, self.n_hidden)["size"]
         self._adam = (np.zeros(size), np.zeros(size), 0)
         self.history = {key: np.empty(0) for key in ("loss", "acceptance", "step_size",
@@ -474,8 +477,8 @@ class L2HMC(Sampler):
         # the exploration, then the fit (training has no iterations)
         rns.run_chain(state, progress=progress, stop_after=state.phases[0][1])
         seconds = time.perf_counter() - start
-        surrogate = surrogate_from_state(state.parts["fit"].surrogate)
-        states = state.outputs["exploration"]["samples"][rns.exploration.window(state)]
+        surrogate = surrogate_from_state(FitState.of(state).surrogate)
+        states = state.outputs[Phase.EXPLORATION]["samples"][rns.exploration.window(state)]
         sd = states.std(axis=0)
         sd = np.where(sd > 0, sd, 1.0)
         options.setdefault("standardize", (states.mean(axis=0), sd))
@@ -487,8 +490,9 @@ class L2HMC(Sampler):
         sampler = cls(target, surrogate=surrogate, **options)
         sampler.initialize(weights_seed)
         sampler.exploration = dict(
-            n_density_evals=int(state.evals["exploration"][0] + state.evals["training"][0]),
-            n_gradient_evals=int(state.evals["exploration"][1]), seconds=seconds,
+            n_density_evals=int(state.evals[Phase.EXPLORATION][0]
+                                + state.evals[Phase.TRAINING][0]),
+            n_gradient_evals=int(state.evals[Phase.EXPLORATION][1]), seconds=seconds,
             mean=states.mean(axis=0), sd=sd, states=states,
             fit_residual=float(surrogate.fit_residual_))
         return sampler
@@ -498,7 +502,7 @@ class L2HMC(Sampler):
 
     def plan(self, draws, tune, chains, dim):
         self._check_not_collapsed()
-        return [["warmup", tune], ["sampling", draws]]
+        return [[Phase.WARMUP, tune], [Phase.SAMPLING, draws]]
 
     def _final_training_acceptance(self):
         """The training chains' acceptance over the last hundredth of training (at least its
@@ -555,7 +559,7 @@ class L2HMC(Sampler):
         self._check_weights()
         states = super().init_states(draws, tune, chains, rng, init)
         for state in states:  # the weights' fingerprint: a chain continues with its own
-            state.parts["weights"] = WeightsState(weights_checksum(self.parameters))
+            state.parts[WeightsState.KEY] = WeightsState(weights_checksum(self.parameters))
         return states
 
     def watch_references(self):
@@ -576,23 +580,20 @@ class L2HMC(Sampler):
             phases = [self.phase(name) for name, _ in states[0].phases]
             counts = np.array([np.sum([p.exact_evals(s) for p in phases], axis=0)
                                for s in states], dtype=np.int64)
-            sampling = np.array([self.phase("sampling").exact_evals(s) for s in states],
+            sampling = np.array([self.phase(Phase.SAMPLING).exact_evals(s) for s in states],
                                 dtype=np.int64)
             result["n_density_evals"] = counts[:, 0]
             result["n_gradient_evals"] = counts[:, 1]
             result["n_density_evals_sampling"] = sampling[:, 0]
             result["n_gradient_evals_sampling"] = sampling[:, 1]
             result["n_surrogate_gradient_evals"] = np.array(
-                [sum(s.evals.get(name, [0, 0])[1] for name, _ in s.phases if name != "sampling")
-                 + (sampling_evals(s)[2] if "dynamics" in s.parts
-                    else s.evals.get("sampling", [0, 0])[1]) for s in states], dtype=np.int64)
+                [sum(s.evals.get(name, [0, 0])[1] for name, _ in s.phases
+                     if name != Phase.SAMPLING)
+                 + (sampling_evals(s)[2] if DynamicsState.find(s) is not None
+                    else s.evals.get(Phase.SAMPLING, [0, 0])[1]) for s in states],
+                dtype=np.int64)
         if self.trust is not None:
-            dynamics = [s.parts["dynamics"] for s in states]
-            result["trust_events"] = [list(d.events) for d in dynamics]
-            result["fallback"] = np.array([bool(d.events) for d in dynamics])
-            result["n_refits"] = np.zeros(len(states), dtype=np.int64)
-            result["exact_dynamics"] = np.stack([s.outputs["sampling"]["exact_dynamics"]
-                                                 for s in states])
+            trust_report(result, states)
             warn_about_trust_events(self.name, self.trust, result, exact="exact HMC")
         if self.exploration is not None:  # what the surrogate cost, once for all chains
             result["n_density_evals_explore"] = self.exploration["n_density_evals"]
@@ -733,30 +734,34 @@ def weights_checksum(parameters):
 @dataclasses.dataclass
 class WeightsState(PartState):
     """The fingerprint of the weights a chain was started with."""
+    KEY = "weights"
     checksum: float
 
 
-class LearnedPhase(Phase):
+class LearnedPhase(WatchedPhase):
     """A phase of L2HMC's learned leapfrog with ``sampler``'s current weights (nothing
     adapted). The chain runs in z = (x - shift) / scale: its states, kept outputs and
     ChainState too (the sampler's report maps the samples back). With a ``trust`` watch
-    (sampling on a surrogate), a poor window hands the rest of the chain to exact HMC."""
+    (sampling on a surrogate), a poor window hands the rest of the chain to exact HMC (the
+    segments of :class:`~rnshmc.samplers.phases.dynamics.WatchedPhase`, without refits: the
+    weights were trained on that surrogate)."""
+
+    REFITS = False
 
     def __init__(self, name, sampler, keep=(), trust=None):
-        super().__init__(name)
-        self.sampler, self.keep, self.trust = sampler, tuple(keep), trust
+        super().__init__(name, trust)
+        self.sampler, self.keep = sampler, tuple(keep)
 
     def exact(self, state):
         """Whether the chain has fallen back to exact HMC."""
-        dynamics = state.parts.get("dynamics")  # (none before the phase's start)
-        return self.trust is not None and dynamics is not None and dynamics.mode == "exact"
+        return self.trust is not None and running_exact(state)
 
     def trajectory(self, run):
         return self.sampler.n_steps, self.exact(run.state)  # (exact HMC's jittered)
 
     def make_chain(self, run):
         l2, state = self.sampler, run.state
-        if state.parts["weights"].checksum != weights_checksum(l2.parameters):
+        if WeightsState.of(state).checksum != weights_checksum(l2.parameters):
             raise ValueError("this chain was started with other L2HMC weights (trained or "
                              "loaded since): continue it with the sampler that started it")
         if self.exact(state):
@@ -782,48 +787,12 @@ class LearnedPhase(Phase):
         else:
             chain.set_state(state.kernel, counters=False)
         if self.trust is not None:  # (kept in the state: a resumed chain has the same)
-            state.parts["dynamics"] = DynamicsState()
-            state.parts["fit"] = l2.watch_references()
-
-    def iterate(self, run, chain, budget):
-        if self.trust is None:
-            return super().iterate(run, chain, budget)
-        state, window = run.state, self.trust.window
-        n_iter = state.phase_length(self.name)
-        outputs = state.outputs.setdefault(self.name, {})
-        exact = outputs.setdefault("exact_dynamics", np.zeros(n_iter, dtype=bool))
-        dynamics, fit = state.parts["dynamics"], state.parts["fit"]
-        ran = 0
-        while ran < budget and state.iteration < n_iter:
-            first = state.iteration
-            stop = n_iter if dynamics.mode == "exact" else min((first // window + 1) * window,
-                                                               n_iter)
-            n = run.run_chunks(self, chain, min(budget - ran, stop - first))
-            if n == 0:
-                break
-            ran += n
-            exact[first:first + n] = dynamics.mode == "exact"
-            if dynamics.mode != "exact" and state.iteration == stop < n_iter:
-                event = self.trust.distrusts(outputs, stop, fit.surrogate_acceptance_rate,
-                                             fit.jump_scale, fit.exploration_jump)
-                if event is not None:  # the rest of the chain: exact HMC from here
-                    dynamics.events.append(dict(event, action="fallback"))
-                    dynamics.mode_evals["surrogate"][0] += chain.n_density_evals
-                    dynamics.mode_evals["surrogate"][1] += chain.n_gradient_evals
-                    dynamics.mode = "exact"
-                    new = self.make_chain(run)
-                    new.set_position(chain.position)
-                    new.step_size = fit.explore_step_size
-                    run.keep_current(self.name, new)
-                    break
-            if run.budget_spent():
-                break
-        return ran
+            state.parts[DynamicsState.KEY] = DynamicsState()
+            state.parts[FitState.KEY] = l2.watch_references()
 
     def exact_evals(self, state):
         if self.sampler.surrogate is None:
-            return super().exact_evals(state)
-        if self.trust is None or "dynamics" not in state.parts:  # (gradients: the surrogate's)
-            return [super().exact_evals(state)[0], 0, 0]
-        density, gradient, _ = sampling_evals(state)
-        return [density, gradient, 0]
+            return Phase.exact_evals(self, state)
+        if self.trust is None or DynamicsState.find(state) is None:
+            return [Phase.exact_evals(self, state)[0], 0, 0]  # (gradients: the surrogate's)
+        return super().exact_evals(state)

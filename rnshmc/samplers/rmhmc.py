@@ -13,12 +13,15 @@ from ..surrogate import Surrogate
 from ..validation import (check_group, check_integer, check_real, moved_arguments,
                           user_stacklevel)
 from ._base import Sampler, warn_unadapted
-from ._phases import (HMCExploration, HMCPhase, LeapfrogSettings, RiemannianKernel,
-                      RiemannianPhase, RiemannianSurrogateAdaptation, SurrogateFit,
-                      SurrogateMetric, SurrogateSampling, SurrogateSettings, riemannian_report)
-from ._result import warn_if_acceptance_collapsed
-from .rns import (EXPLORE_KEYS, NETWORK_KEYS, earlier_tune, surrogate_group, trust_watch,
-                  warn_about_trust_events)
+from .phases.base import LeapfrogSettings, Phase, by_name
+from .phases.dynamics import SurrogateSampling, trust_watch, warn_about_surrogate
+from .phases.exact import HMCPhase
+from .phases.exploration import HMCExploration
+from .phases.fit import FitState, SurrogateFit, SurrogateSettings
+from .phases.riemannian import (RiemannianKernel, RiemannianPhase,
+                                RiemannianSurrogateAdaptation, SurrogateMetric,
+                                riemannian_report)
+from .rns import EXPLORE_KEYS, NETWORK_KEYS, earlier_tune, surrogate_group
 
 __all__ = ["RMHMC", "RNSRMHMC"]
 
@@ -162,12 +165,12 @@ class RMHMC(Sampler):
         approach = LeapfrogSettings(None, 10, True, adapt_mass_matrix=False,
                                     target_accept=target_accept,
                                     max_energy_error=max_energy_error)
-        self.phases = {
-            "approach": HMCPhase("approach", approach, adapt=True),
-            "warmup": RiemannianPhase("warmup", self._make_metric, self.solver, self.leapfrog,
-                                      adapt=True),
-            "sampling": RiemannianPhase("sampling", self._make_metric, self.solver,
-                                        self.leapfrog, keep=("samples", "records"))}
+        self.phases = by_name(
+            HMCPhase(Phase.APPROACH, approach, adapt=True),
+            RiemannianPhase(Phase.WARMUP, self._make_metric, self.solver, self.leapfrog,
+                            adapt=True),
+            RiemannianPhase(Phase.SAMPLING, self._make_metric, self.solver, self.leapfrog,
+                            keep=("samples", "records")))
 
     def plan(self, draws, tune, chains, dim):
         self.leapfrog.check_chains(chains)
@@ -175,8 +178,8 @@ class RMHMC(Sampler):
         approach = min(200, tune // 4) if self.hmc_warmup == "auto" else self.hmc_warmup
         if approach > tune:
             raise ValueError(f"hmc_warmup ({approach}) exceeds tune ({tune})")
-        phases = [["warmup", tune - approach], ["sampling", draws]]
-        return ([["approach", approach]] + phases) if approach else phases
+        phases = [[Phase.WARMUP, tune - approach], [Phase.SAMPLING, draws]]
+        return ([[Phase.APPROACH, approach]] + phases) if approach else phases
 
     def _make_metric(self, dim, check_only=False):
         """A new metric object for one chain (each chain factorises its own G)."""
@@ -281,8 +284,7 @@ class RNSRMHMC(Sampler):
     Earlier names (``explore_step_size``, ``explore_n_steps``, ``explore_jitter``,
     ``mass_matrix``, ``inverse_mass_matrix``, ``adapt_mass_matrix``, ``nodes``,
     ``activation``, ``ridge``, ``weight_scale``, ``whiten``, ``gradient_weight``,
-    ``n_train``, ``n_explore``) still work for this release, with a DeprecationWarning
-    naming the new spelling.
+    ``n_train``, ``n_explore``) raise a TypeError naming the new spelling.
 
     The result has the keys of :class:`~rnshmc.RNSHMC`'s (the trust watch's included) and
     the implicit solver's of :class:`rnshmc.RMHMC`'s, ``metric``, and ``softabs`` (per
@@ -334,34 +336,26 @@ class RNSRMHMC(Sampler):
         riemannian = SurrogateMetric(metric, self.softabs, self.solver, self.sampling_leapfrog)
         self.fit = SurrogateFit(self.name, exploration, settings, share=False,
                                 kernel=RiemannianKernel(riemannian), jitter=self.leapfrog.jitter)
-        self.phases = {"exploration": exploration, "training": self.fit,
-                       "adaptation": RiemannianSurrogateAdaptation(self.fit, riemannian),
-                       "sampling": SurrogateSampling(
-                           self.fit, self.leapfrog, trust=self.trust, metric=riemannian,
-                           after_adaptation=self.sampling_leapfrog.step_size is None)}
+        self.phases = by_name(
+            exploration, self.fit, RiemannianSurrogateAdaptation(self.fit, riemannian),
+            SurrogateSampling(self.fit, self.leapfrog, trust=self.trust, metric=riemannian,
+                              after_adaptation=self.sampling_leapfrog.step_size is None))
 
     def plan(self, draws, tune, chains, dim):
         n_explore = self.fit.exploration.length(tune if self.n_explore is None
                                                 else self.n_explore)
         self.leapfrog.check_chains(chains)
         self.sampling_leapfrog.check_chains(chains)
-        phases = [["exploration", n_explore], ["training", 0], ["sampling", draws]]
+        phases = [[Phase.EXPLORATION, n_explore], [Phase.TRAINING, 0], [Phase.SAMPLING, draws]]
         if self.sampling_leapfrog.step_size is None:
-            phases.insert(2, ["adaptation", self.n_adapt])
+            phases.insert(2, [Phase.ADAPTATION, self.n_adapt])
         return phases
 
     def report(self, result, states):
         result["delayed_acceptance"] = False
         result["share_surrogate"] = False
-        if self.trust is None:
-            warn_if_acceptance_collapsed(
-                self.name, result.accepted, result.exploration_acceptance_rate,
-                "the exploration's acceptance", "The trust watch (trust=True, the default) "
-                "refits such a surrogate and falls back to exact HMC where it stays poor; "
-                "without it, more hidden units (n_hidden) or more training points (a longer "
-                "tune or n_train).")
-        else:
-            warn_about_trust_events(self.name, self.trust, result)
+        warn_about_surrogate(self.name, self.trust, result, result.exploration_acceptance_rate,
+                             "the exploration's acceptance")
         result["metric"] = self.metric
-        result["softabs"] = np.array([s.parts["fit"].softabs for s in states])
+        result["softabs"] = np.array([FitState.of(s).softabs for s in states])
         riemannian_report(result, states)

@@ -1,18 +1,17 @@
 """RNS-HMC: Hamiltonian dynamics on a random-network surrogate, exact Metropolis test
 (Algorithm 3 of Zhang, Shahbaba and Zhao 2017; ``docs/algorithms.md``)."""
 import math
-import warnings
 
 import numpy as np
 
 from ..surrogate import Surrogate, surrogate_from_state
 from ..validation import (check_group, check_integer, check_per_chain_real, check_real,
-                          moved_arguments, user_stacklevel)
+                          moved_arguments)
 from ._base import Sampler
-from ._phases import (ExplorationCheck, ExplorationKernel, ExploreChecks, HMCExploration,
-                      LeapfrogSettings, SurrogateFit, SurrogateSampling, SurrogateSettings,
-                      TrustWatch)
-from ._result import warn_if_acceptance_collapsed
+from .phases.base import LeapfrogSettings, Phase, by_name
+from .phases.dynamics import SurrogateSampling, trust_watch, warn_about_surrogate
+from .phases.exploration import ExplorationCheck, ExploreChecks, HMCExploration
+from .phases.fit import ExplorationKernel, SurrogateFit, SurrogateSettings
 
 __all__ = ["RNSHMC"]
 
@@ -20,8 +19,6 @@ NETWORK_KEYS = ("nodes", "activation", "ridge", "weight_scale", "whiten")
 SURROGATE_KEYS = NETWORK_KEYS + ("gradient_weight", "n_train", "training_data", "step_cost")
 EXPLORE_KEYS = ("step_size", "n_steps", "jitter", "mass_matrix", "inverse_mass_matrix",
                 "adapt_mass_matrix", "target_accept")
-TRUST_KEYS = ("ratio", "window", "max_refits", "refit_iterations", "refit_growth",
-              "jump_ratio")
 # earlier keyword arguments: (their group, their new name)
 MOVED = dict({key: ("surrogate", key) for key in SURROGATE_KEYS if key != "step_cost"},
              surrogate_step_cost=("surrogate", "step_cost"), surrogate_n_steps=(None, "n_steps"),
@@ -170,7 +167,7 @@ class RNSHMC(Sampler):
         at most ``MAX_ROUNDS`` (4) rounds. After each round a surrogate fitted to the data
         but the round's last fifth predicts the acceptance of those held-out transitions;
         the exploration stops when that is at least 0.85 times their exact acceptance (see
-        ``ExplorationCheck`` in ``rnshmc.samplers._phases`` and ``docs/guide/surrogate.md``). This
+        ``ExplorationCheck`` in ``rnshmc.samplers.phases.exploration`` and ``docs/guide/surrogate.md``). This
         aims at the least total cost from a cold start (``benchmarks/bench_cost.py``). An
         integer ``tune`` explores exactly that long (the papers' protocol is
         ``tune=5000``; with ``training_data="states"`` "auto" is one round).
@@ -181,8 +178,7 @@ class RNSHMC(Sampler):
     ``gradient_weight``, ``n_train``, ``training_data``, ``surrogate_step_cost``,
     ``surrogate_n_steps``, ``n_explore``, ``mass_matrix``, ``inverse_mass_matrix``,
     ``adapt_mass_matrix``, ``trust_ratio``, ``trust_window``, ``max_refits``,
-    ``refit_iterations``, ``refit_growth``) still work for this release, with a
-    DeprecationWarning naming the new spelling.
+    ``refit_iterations``, ``refit_growth``) raise a TypeError naming the new spelling.
 
     The result has the keys of :meth:`rnshmc.HMC.sample` (``n_density_evals`` and
     ``n_gradient_evals`` count exact evaluations of the target over all phases), plus
@@ -225,7 +221,7 @@ class RNSHMC(Sampler):
     # they share a surrogate (each at least MIN_SHARED_TUNE)
     AUTO_TUNE, MIN_SHARED_TUNE = 200, 50
     MAX_ROUNDS = 4  # of an exploration with tune="auto"
-    WARM_FROM = "training"
+    WARM_FROM = Phase.TRAINING
 
     def __init__(self, target, *, n_hidden="auto", surrogate=None, step_size=None,
                  n_steps="auto", jitter=True, delayed_acceptance=False, explore=None, trust=True,
@@ -269,11 +265,11 @@ class RNSHMC(Sampler):
                 or self.exploration.training_data != "trajectories"):
             return {}
         round_length = self.auto_tune(chains)
-        return {"explore_checks": ExploreChecks(round_length=round_length,
-                                                max_length=self.MAX_ROUNDS * round_length)}
+        return {ExploreChecks.KEY: ExploreChecks(round_length=round_length,
+                                                 max_length=self.MAX_ROUNDS * round_length)}
 
     def warm_parts(self, state):
-        self.fit.warm(state)
+        self.phases[Phase.SAMPLING].warm(state)
 
     def plan(self, draws, tune, chains, dim):
         if self.n_explore is not None:
@@ -286,7 +282,7 @@ class RNSHMC(Sampler):
                 and len(self.sampling_step_size) != chains:
             raise ValueError(f"step_size has {len(self.sampling_step_size)} entries (one per "
                              f"chain), sampling {chains} chains")
-        return [["exploration", n_explore], ["training", 0], ["sampling", draws]]
+        return [[Phase.EXPLORATION, n_explore], [Phase.TRAINING, 0], [Phase.SAMPLING, draws]]
 
     def hidden_units(self, dim):
         """The surrogate's number of hidden units for a ``dim``-dimensional target (see
@@ -325,15 +321,8 @@ class RNSHMC(Sampler):
     def report(self, result, states):
         result["delayed_acceptance"] = self.delayed_acceptance
         result["share_surrogate"] = self.share_surrogate
-        if self.trust is None:
-            warn_if_acceptance_collapsed(
-                self.name, result.accepted, result.exploration_acceptance_rate,
-                "the exploration's acceptance",
-                "The trust watch (trust=True, the default) refits such a surrogate and falls "
-                "back to exact dynamics where it stays poor; without it, more hidden units "
-                "(n_hidden) or more training points (a longer tune or n_train).")
-        else:
-            warn_about_trust_events(self.name, self.trust, result)
+        warn_about_surrogate(self.name, self.trust, result, result.exploration_acceptance_rate,
+                             "the exploration's acceptance")
 
 
 def surrogate_hmc_phases(sampler, online=None):
@@ -345,7 +334,7 @@ def surrogate_hmc_phases(sampler, online=None):
                        step_cost=sampler.step_cost_setting, jitter=sampler.jitter)
     sampling = SurrogateSampling(fit, sampler.leapfrog, sampler.delayed_acceptance,
                                  sampler.trust, online, jitter=sampler.jitter)
-    return fit, {"exploration": sampler.exploration, "training": fit, "sampling": sampling}
+    return fit, by_name(sampler.exploration, fit, sampling)
 
 
 def earlier_tune(moved):
@@ -384,52 +373,8 @@ def surrogate_group(surrogate, moved, keys=SURROGATE_KEYS):
     return dict(settings, **(moved or {}))
 
 
-def trust_watch(trust, moved=None, reference="exploration", **defaults):
-    """The :class:`TrustWatch` of a sampler's ``trust`` argument (True or None: the defaults;
-    False: None, no watch; a dict: its ``TRUST_KEYS``), with the earlier keyword names
-    ``moved`` (``trust_ratio=None`` turned the watch off) over it, and the sampler's own
-    ``defaults`` and ``reference`` under it."""
-    moved = moved or {}
-    if trust is False or ("ratio" in moved and moved["ratio"] is None):
-        return None
-    given = {} if trust is True or trust is None else check_group(trust, "trust", TRUST_KEYS)
-    return TrustWatch(**{**defaults, **given, **moved}, reference=reference)
-
-
 def check_step_cost(surrogate_step_cost):
     """``surrogate_step_cost`` checked: "auto" or a number >= 0."""
     if isinstance(surrogate_step_cost, str) and surrogate_step_cost == "auto":
         return surrogate_step_cost
     return check_real(surrogate_step_cost, "step_cost", lower=0.0, lower_inclusive=True)
-
-
-def warn_about_trust_events(name, trust, result, exact=None):
-    """One warning per chain whose surrogate was distrusted: what happened (``exact``: the
-    name of the exact kernel; by default exact HMC after an HMC exploration, else adaptive
-    Metropolis)."""
-    if exact is None:
-        exact = "exact HMC" if trust.reference == "exploration" else "adaptive Metropolis"
-    against = ("in exploration" if trust.reference == "exploration"
-               else "on the surrogate itself")
-    for chain, events in enumerate(result["trust_events"]):
-        if not events:
-            continue
-        first = events[0]
-        what = []
-        if result.n_refits[chain]:
-            what.append(f"refitted {result.n_refits[chain]} time(s) (after {exact} stretches "
-                        f"of {trust.refit_iterations} iterations, with more hidden units)")
-        if result.fallback[chain]:
-            what.append(f"replaced by {exact} from draw {events[-1]['iteration']} on")
-        what = " and then ".join(what)
-        jump = first.get("window_jump", math.nan) / first.get("exploration_jump", math.nan)
-        moved = (f"; its moves {jump:.2g} times as long (squared) as the exploration's"
-                 if jump < trust.jump_ratio else "")
-        warnings.warn(
-            f"{name} chain {chain}: the surrogate was poor where the chain went "
-            f"(acceptance {first['window_acceptance']:.2f} over draws "
-            f"{first['iteration'] - trust.window}-{first['iteration'] - 1}, against "
-            f"{first[trust.reference + '_acceptance']:.2f} {against}{moved}); it was {what}. "
-            f"{result.exact_dynamics[chain].mean():.0%} of the draws used exact dynamics; "
-            "the chain is exact either way (result['trust_events'] has the details).",
-            RuntimeWarning, stacklevel=user_stacklevel())

@@ -1,11 +1,13 @@
 """Checkpoints: a run killed with SIGKILL (in sampling, and in RNS-HMC's
 exploration) resumes from its checkpoint to the draws of the uninterrupted run; a Ctrl-C
 writes one too; corrupted and mismatched checkpoints give a clear error and overwrite
-nothing."""
+nothing; a checkpoint of another version of rnshmc loads, or says which version wrote it."""
+import json
 import os
 import signal
 import subprocess
 import sys
+import re
 import textwrap
 import time
 import warnings
@@ -299,6 +301,118 @@ def test_corrupted_and_mismatched_checkpoints_are_refused(saved_run, tmp_path):
         rnshmc.resume(result)
 
 
+# ----------------------------------------------------------------------------------------------
+# checkpoints of other versions of rnshmc: they load, or name the version that wrote them
+
+def rewritten(path, out, edit):
+    """A copy of the checkpoint ``path`` at ``out``, its metadata changed by ``edit(entries)``
+    and its arrays as they were, written with NumPy: a file as another version of rnshmc
+    could have written it."""
+    with np.load(path) as npz:
+        arrays = {key: npz[key] for key in npz.files}
+    meta = json.loads(arrays["__meta__"].item())
+    edit(meta["entries"])
+    arrays["__meta__"] = np.array(json.dumps(meta))
+    np.savez_compressed(out, **arrays)
+    return out
+
+
+def written_by(version):
+    """An edit: the checkpoint written by rnshmc ``version`` (None: by one that did not
+    record its version)."""
+    def edit(entries):
+        if version is None:
+            del entries["rnshmc_version"]
+        else:
+            entries["rnshmc_version"] = {"value": version}
+    return edit
+
+
+@pytest.fixture
+def stopped_run(tmp_path):
+    """(the uninterrupted run's result, the checkpoint of the same run stopped in its
+    sampling phase)."""
+    from rnshmc.samplers.checkpoint import Checkpointer
+    model = rnshmc.models.Gaussian(np.arange(3.0), covariance=np.eye(3) + 0.5)
+    sampler = rnshmc.HMC(model, n_steps=3)
+    kwargs = dict(draws=60, tune=40, chains=2, rng=rng_seed(9))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", rnshmc.diagnostics.SamplingWarning)  # (60 draws)
+        full = sampler.sample(**kwargs, progress=False, pool=None)
+    states = sampler.run_states(sampler.init_states(**kwargs), progress=False, stop_after=70)
+    path = tmp_path / "run.npz"
+    Checkpointer(path, sampler, dict(draws=60, checkpoint_every=1000)).write(states)
+    return full, path
+
+
+def resumed_quietly(path, **kwargs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", rnshmc.diagnostics.SamplingWarning)
+        return rnshmc.resume(path, progress=False, pool=None, **kwargs)
+
+
+def test_a_checkpoint_records_the_version_that_wrote_it(stopped_run):
+    _, path = stopped_run
+    assert rnshmc.load(path)["rnshmc_version"] == rnshmc.__version__
+
+
+@pytest.mark.parametrize("version", ["0.0.1", None])
+def test_a_checkpoint_of_another_version_that_this_one_reads_resumes_exactly(
+        version, stopped_run, tmp_path):
+    """Another version's checkpoint in this layout, or one written before checkpoints
+    recorded their version (whose Gaussian target was saved as its mean and precision, without
+    a kind), resumes to the draws of the uninterrupted run, without being given the target."""
+    full, path = stopped_run
+
+    def edit(entries):
+        written_by(version)(entries)
+        if version is None:
+            arguments = entries["arguments"]["dict"]
+            arguments["target_spec"] = arguments["target_spec"]["dict"]["spec"]
+
+    old = rewritten(path, tmp_path / "old.npz", edit)
+    if version is None:
+        assert "kind" not in rnshmc.load(old)["arguments"]["target_spec"]
+    resumed = resumed_quietly(old)
+    np.testing.assert_array_equal(resumed.samples, full.samples)
+    np.testing.assert_array_equal(resumed.n_gradient_evals, full.n_gradient_evals)
+
+
+@pytest.mark.parametrize("version, said", [
+    ("0.0.1", r"written by rnshmc 0\.0\.1"),
+    (None, "written by an rnshmc from before checkpoints recorded their version")])
+def test_a_checkpoint_this_version_cannot_read_names_the_version_that_wrote_it(
+        version, said, stopped_run, tmp_path):
+    """Another layout, a sampler or a sampler's argument this version does not have: a
+    ValueError naming the version that wrote the checkpoint and the one running, from
+    resume() and from a warm start alike; the file is left as it was."""
+    _, path = stopped_run
+    running = r", and this is rnshmc " + re.escape(rnshmc.__version__)
+
+    def layout(entries):
+        entries["format"] = {"value": "rnshmc.Checkpoint/2"}
+
+    def sampler(entries):
+        entries["sampler"] = {"value": "HMCv0"}
+
+    def argument(entries):  # (a setting of that version's HMC, which this one has not)
+        entries["arguments"]["dict"]["leapfrog_steps"] = entries["arguments"]["dict"].pop(
+            "n_steps")
+
+    for edit, problem in ((layout, "its layout is 'rnshmc.Checkpoint/2'"),
+                          (sampler, "its sampler 'HMCv0' is not one of this version's"),
+                          (argument, "its sampler's arguments are refused .*leapfrog_steps")):
+        old = rewritten(path, tmp_path / f"{edit.__name__}.npz",
+                        lambda entries: (written_by(version)(entries), edit(entries)))
+        before = old.read_bytes()
+        with pytest.raises(ValueError, match=said + running + ".*" + problem):
+            rnshmc.resume(old, progress=False)
+        assert old.read_bytes() == before
+    with pytest.raises(ValueError, match=said + running + ".*its layout"):
+        rnshmc.HMC(rnshmc.models.Gaussian(np.arange(3.0), covariance=np.eye(3) + 0.5)).sample(
+            10, warm_start=tmp_path / "layout.npz", progress=False)
+
+
 def test_an_existing_checkpoint_is_not_overwritten(saved_run):
     model, path = saved_run
     before = path.read_bytes()
@@ -330,6 +444,53 @@ def test_resume_needs_the_target_of_a_user_model(tmp_path):
         rnshmc.resume(path)
     again = rnshmc.resume(path, target=target, progress=False)
     assert again.samples.shape == (4, 30, 2)
+
+
+class Isotropic:
+    """A Python model that checkpoints rebuild: N(0, scale^2 I)."""
+
+    def __init__(self, scale, dim):
+        self.scale, self.dim = scale, dim
+
+    def log_density(self, q):
+        return -0.5 * float(q @ q) / self.scale**2
+
+    def log_density_gradient(self, q):
+        return self.log_density(q), -q / self.scale**2
+
+    def checkpoint_spec(self):
+        return dict(scale=self.scale, dim=self.dim)
+
+    @classmethod
+    def from_checkpoint_spec(cls, spec):
+        return cls(float(spec["scale"]), int(spec["dim"]))
+
+
+def test_a_model_that_registers_its_kind_is_rebuilt_by_resume(tmp_path, monkeypatch):
+    """The checkpoints know no model: one that defines checkpoint_spec and
+    from_checkpoint_spec and registers a kind is rebuilt by resume (to the uninterrupted
+    draws); a kind no model registers asks for the target."""
+    from rnshmc.samplers.checkpoint import Checkpointer
+    from rnshmc.targets import rebuilt_from_checkpoints
+    monkeypatch.setattr(rnshmc.targets, "CHECKPOINT_KINDS",
+                        dict(rnshmc.targets.CHECKPOINT_KINDS))  # (registered for this test)
+    model = rebuilt_from_checkpoints("isotropic")(Isotropic)(2.0, 3)
+    sampler = rnshmc.HMC(model, n_steps=3)
+    kwargs = dict(draws=40, tune=30, chains=2, rng=rng_seed(6))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", rnshmc.diagnostics.SamplingWarning)  # (40 draws)
+        full = sampler.sample(**kwargs, progress=False, pool=None)
+        states = sampler.run_states(sampler.init_states(**kwargs), progress=False,
+                                    stop_after=50)
+        path = tmp_path / "run.npz"
+        Checkpointer(path, sampler, dict(draws=40, checkpoint_every=1000)).write(states)
+        resumed = rnshmc.resume(path, progress=False, pool=None)
+    np.testing.assert_array_equal(resumed.samples, full.samples)
+    del rnshmc.targets.CHECKPOINT_KINDS["isotropic"]
+    with pytest.raises(ValueError, match=r"its model cannot be rebuilt \(no model rebuilt from "
+                                         r"checkpoints is of kind 'isotropic'.*give the run's "
+                                         r"target"):
+        rnshmc.resume(path, progress=False, pool=None)
 
 
 def test_l2hmc_checkpoint_keeps_weights_and_standardisation(tmp_path):

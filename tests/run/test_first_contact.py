@@ -210,7 +210,7 @@ def test_an_unknown_dimension_is_said_before_any_chain_starts():
     with pytest.raises(ValueError, match=said + r".* to HMC\.sample\(\)"):
         rnshmc.HMC(target).sample(100, progress=False, pool=None)
     with pytest.raises(ValueError, match=said + r".* to rnshmc\.sample\(\)"):
-        rnshmc.sample(target, 100, progress=False, pool=None)
+        rnshmc.sample(target, ess=100, progress=False, pool=None)
     assert not calls
 
     class NoDim:
@@ -220,7 +220,7 @@ def test_an_unknown_dimension_is_said_before_any_chain_starts():
     with pytest.raises(ValueError, match="NoDim object has no dim attribute: give it one"):
         rnshmc.AdaptiveMetropolis(NoDim()).sample(10, progress=False, pool=None)
     # an init gives the dimension, through the front door as through a sampler
-    res = rnshmc.sample(target, 50, init=np.zeros(2), rng=rng_seed(0), sampler="HMC",
+    res = rnshmc.sample(target, ess=50, init=np.zeros(2), rng=rng_seed(0), sampler="HMC",
                         progress=False, pool=None)
     assert res.samples.shape[-1] == 2
 
@@ -334,11 +334,13 @@ def test_checked_callables_pickle_when_the_callables_do():
 @pytest.mark.parametrize("front_door", [False, True])
 def test_an_init_of_the_wrong_shape_says_which_and_why(front_door):
     model = rnshmc.models.Gaussian(np.zeros(2), covariance=np.eye(2))
-    if front_door:
-        run, owner = lambda **kw: rnshmc.sample(model, 100, progress=False, **kw), "rnshmc.sample"
-    else:
-        run, owner = lambda **kw: rnshmc.HMC(model).sample(100, progress=False, **kw), "HMC.sample"
-    owner = re.escape(owner)
+
+    def run(**kw):
+        if front_door:
+            return rnshmc.sample(model, ess=100, progress=False, **kw)
+        return rnshmc.HMC(model).sample(100, progress=False, **kw)
+
+    owner = re.escape("rnshmc.sample" if front_door else "HMC.sample")
     with pytest.raises(ValueError, match=owner + r": init must have shape \(2,\) or \(4, 2\): "
                                          r"it has 3 entries per chain but the target has dim 2"):
         run(init=np.zeros(3))
@@ -355,16 +357,16 @@ def test_an_init_of_the_wrong_shape_says_which_and_why(front_door):
 def test_a_sampler_may_be_named():
     model = rnshmc.models.Gaussian(np.zeros(2), covariance=np.eye(2))
     for sampler in ("HMC", rnshmc.HMC, rnshmc.HMC(model, n_steps=3)):
-        res = rnshmc.sample(model, 50, sampler=sampler, rng=rng_seed(0), progress=False)
+        res = rnshmc.sample(model, ess=50, sampler=sampler, rng=rng_seed(0), progress=False)
         assert res.choice == dict(sampler="HMC", reason="given")
-    assert rnshmc.sample(model, 50, sampler="AM", rng=rng_seed(0),
+    assert rnshmc.sample(model, ess=50, sampler="AM", rng=rng_seed(0),
                          progress=False).choice["sampler"] == "AM"
     with pytest.raises(TypeError, match=r"rnshmc\.sample: sampler must be None .* a sampler "
                                         r"class or the name of one: .*'ARNSHMC'.*'HMC'.*; got "
                                         r"'HNC'"):
-        rnshmc.sample(model, 50, sampler="HNC", progress=False)
+        rnshmc.sample(model, ess=50, sampler="HNC", progress=False)
     with pytest.raises(TypeError, match=r"got <class 'int'>"):
-        rnshmc.sample(model, 50, sampler=int, progress=False)
+        rnshmc.sample(model, ess=50, sampler=int, progress=False)
 
 
 def test_divergences_where_the_model_is_undefined_are_advised_to_mind_the_support():
@@ -469,7 +471,7 @@ def test_the_front_door_starts_at_the_models_init_point():
     model = Recording()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        rnshmc.sample(model, 50, sampler="HMC", chains=2, rng=rng_seed(4), progress=False,
+        rnshmc.sample(model, ess=50, sampler="HMC", chains=2, rng=rng_seed(4), progress=False,
                       pool=None)
     for start in (model.init_point(g) for g in np.random.default_rng(rng_seed(4)).spawn(2)):
         assert any(np.array_equal(q, start) for q in seen)

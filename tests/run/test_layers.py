@@ -15,16 +15,16 @@ LOW_FLOORS = ["rnshmc.state", "rnshmc.targets", "rnshmc.results", "rnshmc.surrog
               "rnshmc.versions"]
 
 
-def module_name(path):
-    parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+def module_name(path, root=ROOT):
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
 
 
-def imported(path):
+def imported(path, root=ROOT):
     """The rnshmc modules a file imports (anywhere in it), as written."""
-    name = module_name(path)
+    name = module_name(path, root)
     package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
@@ -100,7 +100,77 @@ def test_the_library_does_not_import_the_papers_or_the_command_line(module):
                         }, sorted(below)
 
 
+# the concrete samplers, which may import models (RMHMC: the metrics of built-in models)
+CONCRETE_SAMPLERS = ["hmc", "rns", "arns", "gradient_free", "rmhmc", "l2hmc"]
+
+
+def imports_of_models(root):
+    """The modules under ``root/samplers`` that import from rnshmc.models (anywhere in the
+    file), but the concrete samplers."""
+    concrete = {f"rnshmc.samplers.{name}" for name in CONCRETE_SAMPLERS}
+    found = {}
+    for path in sorted((root / "samplers").rglob("*.py")):
+        name = module_name(path, root)
+        models = sorted(m for m in imported(path, root)
+                        if m == "rnshmc.models" or m.startswith("rnshmc.models."))
+        if models and name not in concrete:
+            found[name] = models
+    return found
+
+
+def test_the_engine_imports_no_model():
+    """The sampler base, the engine and the checkpoints know no model (docs/architecture.md):
+    a model that checkpoints rebuild registers itself in rnshmc.targets."""
+    assert not imports_of_models(ROOT)
+
+
+def test_the_engine_check_sees_an_import_of_a_model(tmp_path):
+    """The check itself: an import of a model inside a function of the engine is found."""
+    (tmp_path / "rnshmc" / "samplers").mkdir(parents=True)
+    (tmp_path / "rnshmc" / "samplers" / "engine.py").write_text(
+        "def rebuild(spec):\n    from ..models import Gaussian\n    return Gaussian(**spec)\n")
+    (tmp_path / "rnshmc" / "samplers" / "rmhmc.py").write_text(
+        "from ..models import EllipticPDE\n")  # (a concrete sampler may)
+    assert imports_of_models(tmp_path / "rnshmc") == {
+        "rnshmc.samplers.engine": ["rnshmc.models", "rnshmc.models.Gaussian"]}
+
+
 def test_the_graph_sees_a_circle():
     """The check itself: a circle made on purpose is found."""
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert sorted(n for n in graph if n in reachable(graph, n)) == ["a", "b", "c"]
+
+
+# the rooms of rnshmc/samplers/phases in a run's time order: each imports only rooms before it
+# (online and riemannian sit beside the last, docs/architecture.md)
+PHASE_ROOMS = ["base", "exact", "exploration", "fit", "dynamics", "online", "riemannian"]
+
+
+def phase_rooms_imported(graph):
+    """{room: the rooms it imports} of rnshmc.samplers.phases."""
+    prefix = "rnshmc.samplers.phases."
+    return {room: {m[len(prefix):] for m in graph.get(prefix + room, ()) if m.startswith(prefix)}
+            for room in PHASE_ROOMS}
+
+
+def rooms_out_of_order(imports):
+    """(room, the room it imports that is not before it) pairs."""
+    return sorted((room, other) for room, others in imports.items() for other in others
+                  if other not in PHASE_ROOMS or PHASE_ROOMS.index(other)
+                  >= PHASE_ROOMS.index(room) or {room, other} == {"online", "riemannian"})
+
+
+def test_the_phase_rooms_import_only_the_rooms_before_them():
+    graph = import_graph()
+    assert sorted(m for m in graph if m.startswith("rnshmc.samplers.phases.")) == sorted(
+        "rnshmc.samplers.phases." + room for room in PHASE_ROOMS), "a room not in PHASE_ROOMS"
+    assert not rooms_out_of_order(phase_rooms_imported(graph))
+
+
+def test_the_phase_rooms_check_sees_a_room_out_of_order():
+    """The check itself: an earlier room importing a later one, and the two side rooms
+    importing each other, are found."""
+    imports = {room: set() for room in PHASE_ROOMS}
+    imports["fit"] = {"base", "dynamics"}
+    imports["online"] = {"riemannian"}
+    assert rooms_out_of_order(imports) == [("fit", "dynamics"), ("online", "riemannian")]

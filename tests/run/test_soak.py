@@ -50,7 +50,8 @@ def warm(make):
     result = sampler.sample(draws=SEGMENT, chains=1, rng=rng_seed(0), progress=False)
     yield result
     for k in range(1, SEGMENTS):
-        result = sampler.sample(draws=SEGMENT, chains=1, rng=k, progress=False, init=result)
+        result = sampler.sample(draws=SEGMENT, chains=1, rng=k, progress=False,
+                                warm_start=result)
         yield result
 
 

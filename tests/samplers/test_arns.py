@@ -6,8 +6,8 @@ from scipy import special, stats
 
 import rnshmc
 
-from testkit import (check_deprecated_spelling, correlated_gaussian, log_gamma_target,
-                     mean_within_mcse, rng_seed)
+from testkit import (check_renamed, correlated_gaussian, log_gamma_target, mean_within_mcse,
+                     rng_seed)
 
 # a deliberately poor initial surrogate (as in test_rns.py): 15 units fitted to 60 states
 # (8 leapfrog steps in exploration); trust=False: the surrogate stays the poor one (no refit,
@@ -180,22 +180,14 @@ def test_after_every_install_the_chain_caches_the_new_surrogate(share):
     assert all(s.outputs["sampling"]["installed"][:-1].all() for s in states)
 
 
-def test_deprecated_names_warn_and_give_the_same_draws():
-    """ARNS-HMC's earlier names (RNS-HMC's, through its keyword arguments) give a
-    DeprecationWarning naming the new spelling, and its draws and installs, bit for bit."""
+def test_earlier_names_are_refused_naming_the_new_spelling():
+    """ARNS-HMC's earlier names (RNS-HMC's, through its keyword arguments) raise a TypeError
+    naming the new spelling."""
     model, _, _ = correlated_gaussian()
     online = dict(online_points="accepted", freeze_after=200)
     old = dict(n_hidden=15, ridge=1e-5, n_train=60, training_data="states",
                gradient_weight=0.0, whiten=False, trust_ratio=None, n_explore=150)
-    new = dict(n_hidden=15, surrogate=dict(ridge=1e-5, n_train=60, training_data="states",
-                                           gradient_weight=0.0, whiten=False), trust=False)
     spellings = {name: f"surrogate=dict({name}=...)"
                  for name in ("ridge", "n_train", "training_data", "gradient_weight", "whiten")}
     spellings.update(trust_ratio="trust=dict(ratio=...)", n_explore="sample(tune=...)")
-    old_result, new_result = check_deprecated_spelling(
-        lambda: rnshmc.ARNSHMC(model, **online, **old),
-        lambda: rnshmc.ARNSHMC(model, **online, **new), spellings,
-        dict(draws=300, tune=150, chains=2, rng=rng_seed(5)), dict(tune=999))
-    np.testing.assert_array_equal(old_result.installed, new_result.installed)
-    np.testing.assert_array_equal(old_result.online_added, new_result.online_added)
-    assert np.all(new_result.n_installs > 0) and not new_result.installed[:, 200:].any()
+    check_renamed(lambda **kw: rnshmc.ARNSHMC(model, **online, **kw), old, spellings)

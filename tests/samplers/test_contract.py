@@ -179,7 +179,7 @@ def test_bad_input_gives_a_clear_error(name):
 @pytest.mark.parametrize("name", NAMES)
 def test_settings_are_keywords_and_an_unknown_one_is_named(name):
     """Every setting after the target is keyword-only, and a keyword that is neither a
-    setting nor an earlier (deprecated) name is a TypeError naming it, as Python's own."""
+    setting nor an earlier (renamed) name is a TypeError naming it, as Python's own."""
     model, _, _ = SAMPLERS[name]
     sampler = getattr(rnshmc, name)
     with pytest.raises(TypeError, match="unexpected keyword argument 'n_hiden'"):

@@ -9,7 +9,7 @@ import pytest
 
 import rnshmc
 from rnshmc.adaptation import RepeatedWarmup, WarmupSchedule, terminal_buffer
-from rnshmc.samplers._phases import ExplorationCheck
+from rnshmc.samplers.phases.exploration import ExplorationCheck
 from testkit import check_mean, correlated_gaussian, rng_seed
 
 

@@ -18,7 +18,7 @@ from rnshmc._kernels._metropolis import MetropolisChain
 from rnshmc.models import Gaussian
 from rnshmc.targets import without_gradient
 
-from testkit import (check_covariance, check_deprecated_spelling, check_mean, mean_within_mcse,
+from testkit import (check_covariance, check_mean, check_renamed, mean_within_mcse,
                      rng_seed, without_seconds)
 
 CORRELATED_COV = np.array([[1.0, 0.95], [0.95, 1.0]]) * 4.0
@@ -371,10 +371,10 @@ def test_adaptive_metropolis_alone_is_exact(seed):
     check_covariance(res.samples, model.mean, model.covariance)
 
 
-def test_deprecated_names_warn_and_give_the_same_draws():
+def test_earlier_names_are_refused_naming_the_new_spelling():
     """GradientFreeRNSHMC's earlier names (explore_accept, surrogate_n_steps, n_explore, the
-    surrogate's settings) give a DeprecationWarning naming the new spelling, and its draws,
-    bit for bit."""
+    surrogate's settings) raise a TypeError naming the new spelling, whose settings the run
+    follows."""
     surrogate = dict(nodes="additive", activation="softplus", ridge=1e-5, weight_scale=0.1,
                      whiten=True, n_train=250, training_data="states")
     old = dict(surrogate, explore_accept=0.3, surrogate_n_steps=6, surrogate_step_cost=0.5,
@@ -387,12 +387,11 @@ def test_deprecated_names_warn_and_give_the_same_draws():
                      surrogate_step_cost="surrogate=dict(step_cost=...)",
                      n_explore="sample(tune=...)")
     target = correlated_target()
-    _, result = check_deprecated_spelling(
-        lambda: rnshmc.GradientFreeRNSHMC(target, n_hidden=40, **old),
-        lambda: rnshmc.GradientFreeRNSHMC(target, n_hidden=40, **new), spellings,
-        dict(draws=200, tune=300, chains=2, rng=rng_seed(3)), dict(tune="auto"))
-    # 300 exploration iterations (n_explore's, not tune="auto"'s), each one exact density,
-    # and two at the start
+    check_renamed(lambda **kw: rnshmc.GradientFreeRNSHMC(target, n_hidden=40, **kw), old,
+                  spellings)
+    result = quiet_sample(rnshmc.GradientFreeRNSHMC(target, n_hidden=40, **new), draws=200,
+                          tune=300, chains=2, rng=rng_seed(3), pool=None)
+    # 300 exploration iterations, each one exact density, and two at the start
     np.testing.assert_array_equal(result.n_density_evals_explore, 300 + 2)
     np.testing.assert_array_equal(result.n_train, 2 * 250)  # shared: both chains' states
     np.testing.assert_array_equal(result.surrogate_n_steps, 6)

@@ -16,7 +16,7 @@ from rnshmc._kernels._transition import Chain
 from rnshmc.models import Gaussian
 from rnshmc.targets import as_ctarget
 
-from testkit import (batch_means_within_mcse, check_deprecated_spelling, correlated_gaussian,
+from testkit import (batch_means_within_mcse, check_renamed, correlated_gaussian,
                      covariance_within_mcse, mean_within_mcse, rng_seed)
 
 
@@ -613,28 +613,16 @@ def test_thread_and_process_pools_give_the_serial_draws(on_poor_surrogate):
         np.testing.assert_array_equal(pooled.samples, serial.samples)
 
 
-def test_deprecated_names_warn_and_give_the_same_weights_and_draws():
+def test_earlier_names_are_refused_naming_the_new_spelling():
     """L2HMC's earlier names: ``hidden`` (now ``n_hidden``) and the constructor's ``rng`` (now
-    ``initialize(rng)``, which draws the same initial weights and masks from it) give a
-    DeprecationWarning, and the same sampler: weights, draws, and training from them."""
+    ``initialize(rng)``, or ``train(rng=...)``'s) raise a TypeError naming the new spelling."""
     import rnshmc
     model = gaussian(3)
-    check_deprecated_spelling(
-        lambda: rnshmc.L2HMC(model, n_steps=3, hidden=5, step_size=0.3, rng=rng_seed(4)),
-        lambda: rnshmc.L2HMC(model, n_steps=3, n_hidden=5, step_size=0.3).initialize(rng_seed(4)),
-        {"hidden": "n_hidden=", "rng": None}, dict(draws=100, tune=10, chains=2, rng=rng_seed(1)))
-    with pytest.warns(DeprecationWarning, match="rng= is deprecated"):
-        old = rnshmc.L2HMC(model, n_steps=3, n_hidden=5, rng=np.random.default_rng(rng_seed(4)))
-    new = rnshmc.L2HMC(model, n_steps=3, n_hidden=5).initialize(np.random.default_rng(rng_seed(4)))
-    np.testing.assert_array_equal(old.parameters, new.parameters)
-    np.testing.assert_array_equal(old.masks, new.masks)
-    for sampler in (old, new):
-        sampler.train(5, chains=8, rng=rng_seed(2), progress=False)
-    np.testing.assert_array_equal(old.parameters, new.parameters)
-    draws = dict(draws=50, tune=0, rng=rng_seed(3), progress=False)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", rnshmc.diagnostics.SamplingWarning)  # (50 draws)
-        np.testing.assert_array_equal(old.sample(**draws).samples, new.sample(**draws).samples)
+    check_renamed(lambda **kw: rnshmc.L2HMC(model, n_steps=3, step_size=0.3, **kw),
+                  dict(hidden=5, rng=rng_seed(4)),
+                  {"hidden": "n_hidden=",
+                   "rng": "L2HMC(...).initialize(rng) (the same weights), or let "
+                          "train(rng=...) draw them"})
 
 
 def test_a_collapsing_training_is_recovered():

@@ -1,6 +1,8 @@
 """RMHMC and RNS-RMHMC: the generalized leapfrog (reversibility, volume preservation, the
 constant-metric limit), counted rejections of unconverged solves, and exactness of the chains
 (moments within Monte Carlo error) on targets whose metric varies strongly with position."""
+import warnings
+
 import numpy as np
 import pytest
 from scipy import special
@@ -15,8 +17,8 @@ from rnshmc._kernels._riemann import CallableMetric, LinearPredictorMetric
 from rnshmc._kernels._transition import Chain
 from rnshmc.targets import as_ctarget
 
-from testkit import (check_covariance, check_deprecated_spelling, check_mean,
-                     gaussian_problem, gaussian_target, mean_within_mcse, rng_seed)
+from testkit import (check_covariance, check_mean, check_renamed, gaussian_problem,
+                     gaussian_target, mean_within_mcse, rng_seed)
 
 FUNNEL_SD = 1.5  # v ~ N(0, 1.5^2), x | v ~ N(0, e^v)
 
@@ -354,7 +356,9 @@ def test_softabs_auto_keeps_a_positive_definite_hessian_and_maps_an_indefinite_o
     """"auto": the surrogate's Hessian as it is where it is positive definite at the training
     states (a Gaussian's), SoftAbs with alpha their largest variance where it is not (a
     double well's, concave between its wells)."""
-    from rnshmc.samplers._phases import FitState, LeapfrogSettings, SurrogateMetric
+    from rnshmc.samplers.phases.base import LeapfrogSettings
+    from rnshmc.samplers.phases.fit import FitState
+    from rnshmc.samplers.phases.riemannian import SurrogateMetric
     rng = np.random.default_rng(rng_seed(0))
     Q = rng.uniform(-2.0, 2.0, size=(300, 2)) * [1.0, 0.5]
     wells = {"gaussian": (0.5 * (Q ** 2).sum(1), Q),
@@ -509,10 +513,10 @@ def test_bad_arguments():
             10, tune=20, chains=2, rng=rng_seed(0), progress=False)
 
 
-def test_rns_rmhmc_deprecated_names_warn_and_give_the_same_draws():
+def test_rns_rmhmc_earlier_names_are_refused_naming_the_new_spelling():
     """RNS-RMHMC's earlier names (the exploration's explore_*, mass matrix and length, the
-    surrogate's settings) give a DeprecationWarning naming the new spelling, and its draws,
-    bit for bit."""
+    surrogate's settings) raise a TypeError naming the new spelling, whose settings the run
+    follows."""
     model = small_logistic()
     inverse_mass = np.diag([0.5, 1.0, 2.0])
     surrogate = dict(nodes="additive", activation="tanh", ridge=1e-5, weight_scale=0.3,
@@ -528,8 +532,10 @@ def test_rns_rmhmc_deprecated_names_warn_and_give_the_same_draws():
                      adapt_mass_matrix="explore=dict(adapt_mass_matrix=...)",
                      n_explore="sample(tune=...)")
     settings = dict(softabs=1.0, n_hidden=20, n_adapt=20, n_steps=2)
-    _, result = check_deprecated_spelling(
-        lambda: RNSRMHMC(model, **settings, **old), lambda: RNSRMHMC(model, **settings, **new),
-        spellings, dict(draws=40, tune=80, rng=rng_seed(0)), dict(tune=999))
+    check_renamed(lambda **kw: RNSRMHMC(model, **settings, **kw), old, spellings)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # (a short run's SamplingWarning)
+        result = RNSRMHMC(model, **settings, **new).sample(40, tune=80, rng=rng_seed(0),
+                                                           progress=False, pool=None)
     np.testing.assert_array_equal(result.n_gradient_evals, 80 * 4 + 1)  # 4 fixed steps
     np.testing.assert_array_equal(result.n_train, 50)

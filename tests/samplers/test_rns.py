@@ -8,9 +8,9 @@ import pytest
 
 import rnshmc
 
-from testkit import (check_covariance, check_deprecated_spelling, check_mean,
-                     correlated_gaussian, covariance_within_mcse, funnel_target,
-                     log_gamma_target, mean_within_mcse, rng_seed)
+from testkit import (check_covariance, check_mean, check_renamed, correlated_gaussian,
+                     covariance_within_mcse, funnel_target, log_gamma_target, mean_within_mcse,
+                     rng_seed)
 
 
 
@@ -139,12 +139,9 @@ def test_training_window_options():
     steps = rnshmc.RNSHMC(model, surrogate=dict(n_train=50), **kwargs)
     steps = steps.sample(100, tune=200, **draws)
     assert 0 < steps.n_train[0] <= 50  # (one step a trajectory)
-    with pytest.warns(DeprecationWarning, match=r"sample\(tune=...\)"):
-        old = rnshmc.RNSHMC(model, n_explore=200, surrogate=dict(n_train=50,
-                                                                 training_data="states"),
-                            **kwargs)
-    np.testing.assert_array_equal(old.sample(100, tune=999, **draws).samples,
-                                  res.samples)  # n_explore overrides tune
+    with pytest.raises(TypeError, match=r"n_explore= was renamed: use sample\(tune=...\)"):
+        rnshmc.RNSHMC(model, n_explore=200, surrogate=dict(n_train=50, training_data="states"),
+                      **kwargs)
     with pytest.raises(ValueError, match="n_train"):
         rnshmc.RNSHMC(model, surrogate=dict(n_train=500)).sample(10, tune=100, progress=False)
     with pytest.raises(ValueError):
@@ -440,34 +437,32 @@ def test_training_on_whole_trajectories(seed):
 
 
 # ----------------------------------------------------------------------------------------------
-# the earlier keyword names: a DeprecationWarning naming the new spelling, the same draws
+# the earlier keyword names: a TypeError naming the new spelling, which the run follows
 
 SURROGATE = dict(nodes="additive", activation="tanh", ridge=1e-4, weight_scale=0.3,
                  whiten=False, gradient_weight=0.5, n_train=80, training_data="states")
 INVERSE_MASS = np.diag([0.5, 1.0, 2.0, 1.5])
 
-# name -> (old keyword arguments, new ones, {old name: the new spelling the warning names},
-#          sample()'s arguments for the old spelling)
-RNS_DEPRECATED = {
+# name -> (old keyword arguments, new ones, {old name: the new spelling the error names})
+RNS_RENAMED = {
     "surrogate": (dict(SURROGATE, surrogate_step_cost=0.5),
                   dict(surrogate=dict(SURROGATE, step_cost=0.5)),
                   {**{k: f"surrogate=dict({k}=...)" for k in SURROGATE},
-                   "surrogate_step_cost": "surrogate=dict(step_cost=...)"}, {}),
+                   "surrogate_step_cost": "surrogate=dict(step_cost=...)"}),
     "sampling_steps": (dict(surrogate_n_steps=6), dict(n_steps=6),
-                       {"surrogate_n_steps": "n_steps="}, {}),
+                       {"surrogate_n_steps": "n_steps="}),
     "exploration_steps": (dict(surrogate_n_steps=None, explore=dict(n_steps=3)),
                                 dict(n_steps=None, explore=dict(n_steps=3)),
-                                {"surrogate_n_steps": "n_steps="}, {}),
-    "exploration_length": (dict(n_explore=120), dict(), {"n_explore": "sample(tune=...)"},
-                           dict(tune=999)),
+                                {"surrogate_n_steps": "n_steps="}),
+    "exploration_length": (dict(n_explore=120), dict(), {"n_explore": "sample(tune=...)"}),
     "mass_matrix": (dict(inverse_mass_matrix=INVERSE_MASS, adapt_mass_matrix=False),
                     dict(explore=dict(inverse_mass_matrix=INVERSE_MASS,
                                       adapt_mass_matrix=False)),
                     {"inverse_mass_matrix": "explore=dict(inverse_mass_matrix=...)",
-                     "adapt_mass_matrix": "explore=dict(adapt_mass_matrix=...)"}, {}),
+                     "adapt_mass_matrix": "explore=dict(adapt_mass_matrix=...)"}),
     "mass_matrix_adapted": (dict(mass_matrix=np.linalg.inv(INVERSE_MASS)),
                              dict(explore=dict(mass_matrix=np.linalg.inv(INVERSE_MASS))),
-                             {"mass_matrix": "explore=dict(mass_matrix=...)"}, {}),
+                             {"mass_matrix": "explore=dict(mass_matrix=...)"}),
     "trust": (dict(DISTRUSTED, trust_ratio=1.0, trust_window=20, max_refits=1,
                          refit_iterations=40, refit_growth=1.5),
                     dict(DISTRUSTED, trust=dict(ratio=1.0, window=20, max_refits=1,
@@ -476,23 +471,26 @@ RNS_DEPRECATED = {
                      "trust_window": "trust=dict(window=...)",
                      "max_refits": "trust=dict(max_refits=...)",
                      "refit_iterations": "trust=dict(refit_iterations=...)",
-                     "refit_growth": "trust=dict(refit_growth=...)"}, {}),
+                     "refit_growth": "trust=dict(refit_growth=...)"}),
     "no_trust": (dict(DISTRUSTED, trust_ratio=None), dict(DISTRUSTED, trust=False),
-                       {"trust_ratio": "trust=dict(ratio=...)"}, {}),
+                       {"trust_ratio": "trust=dict(ratio=...)"}),
 }
 
 
-@pytest.mark.parametrize("case", list(RNS_DEPRECATED))
-def test_deprecated_names_warn_and_give_the_same_draws(case):
+@pytest.mark.parametrize("case", list(RNS_RENAMED))
+def test_earlier_names_are_refused_naming_the_new_spelling(case):
     """Each earlier name of RNSHMC's (the surrogate's settings, surrogate_n_steps, n_explore,
-    the exploration's mass matrix, the trust watch's) gives a DeprecationWarning naming its
-    new spelling, and the draws of that spelling, bit for bit."""
-    old, new, spellings, old_sample = RNS_DEPRECATED[case]
+    the exploration's mass matrix, the trust watch's) raises a TypeError naming its new
+    spelling; the run follows the settings of that spelling."""
+    old, new, spellings = RNS_RENAMED[case]
     model, _, _ = correlated_gaussian()
-    old_result, new_result = check_deprecated_spelling(
-        lambda: rnshmc.RNSHMC(model, **{"n_hidden": 30, **old}),
-        lambda: rnshmc.RNSHMC(model, **{"n_hidden": 30, **new}), spellings,
-        dict(draws=400, tune=120, chains=2, rng=rng_seed(4)), old_sample)
+    check_renamed(lambda **kw: rnshmc.RNSHMC(model, **{"n_hidden": 30, **kw}), old, spellings)
+    if case not in ("trust", "no_trust", "exploration_steps", "mass_matrix"):
+        return
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # (a poor surrogate's, short runs')
+        new_result = rnshmc.RNSHMC(model, **{"n_hidden": 30, **new}).sample(
+            400, tune=120, chains=2, rng=rng_seed(4), progress=False, pool=None)
     if case == "trust":  # the settings were used
         assert np.all(new_result.n_refits == 1)
         assert all(e[0]["n_hidden"] == 12 for e in new_result.trust_events)  # 8 x 1.5

@@ -1,4 +1,4 @@
-"""A warm start (``init=`` an earlier run): the chains continue with the earlier run's
+"""A warm start (``warm_start=`` an earlier run): the chains continue with the earlier run's
 surrogate, mass matrix and step size, pay no new exploration or warm-up, stay exact, and start
 the same from the result in memory and from its checkpoint file."""
 import warnings
@@ -34,7 +34,7 @@ def test_a_warm_start_of_the_front_door_explores_nothing_and_stays_exact(seed, t
     first = quietly(rnshmc.sample, model, ess=300, rng=seed, progress=False,
                     checkpoint=tmp_path / "first.npz")
     assert first.choice["sampler"] == "ARNS-HMC"
-    second = quietly(rnshmc.sample, model, ess=1000, rng=seed + 10, init=first,
+    second = quietly(rnshmc.sample, model, ess=1000, rng=seed + 10, warm_start=first,
                      progress=False)
     assert second.stopping["reason"] == "converged"
     phases = second.cost["phases"]
@@ -46,7 +46,7 @@ def test_a_warm_start_of_the_front_door_explores_nothing_and_stays_exact(seed, t
     check_covariance(second.samples, mean, cov)
     # the same start from the checkpoint file
     from_file = quietly(rnshmc.sample, model, ess=1000, rng=seed + 10,
-                        init=tmp_path / "first.npz", progress=False)
+                        warm_start=tmp_path / "first.npz", progress=False)
     np.testing.assert_array_equal(from_file.samples, second.samples)
 
 
@@ -56,7 +56,8 @@ def test_a_warm_start_of_the_gradient_free_sampler_explores_nothing_and_stays_ex
     blind = without_gradient(model)
     first = quietly(rnshmc.sample, blind, ess=300, rng=rng_seed(4), progress=False)
     assert first.choice["sampler"] == "GF-RNS-HMC"
-    second = quietly(rnshmc.sample, blind, ess=1000, rng=rng_seed(5), init=first, progress=False)
+    second = quietly(rnshmc.sample, blind, ess=1000, rng=rng_seed(5), warm_start=first,
+                     progress=False)
     assert second.cost["phases"]["exploration"]["density_evals"] == 0
     assert second.stopping["reason"] == "converged"
     check_mean(second.samples, mean)
@@ -67,7 +68,7 @@ def test_a_warm_start_of_hmc_skips_the_warmup():
     model, mean, cov = correlated_gaussian()
     sampler = rnshmc.HMC(model, n_steps=5)
     first = sampler.sample(200, tune=300, rng=rng_seed(2), progress=False)
-    second = sampler.sample(3000, rng=rng_seed(3), init=first, progress=False)
+    second = sampler.sample(3000, rng=rng_seed(3), warm_start=first, progress=False)
     assert second.samples.shape == (4, 3000, 4)
     np.testing.assert_array_equal(second.step_size, first.step_size)
     assert np.all(second.n_gradient_evals == second.n_gradient_evals_sampling)
@@ -79,9 +80,9 @@ def test_a_warm_start_from_what_cannot_start_one_is_refused():
     model, _, _ = correlated_gaussian()
     hmc = rnshmc.HMC(model, n_steps=3).sample(20, tune=30, rng=rng_seed(0), progress=False)
     with pytest.raises(ValueError, match="a run of HMC, not of RNS-HMC"):
-        rnshmc.RNSHMC(model, n_hidden=20).sample(20, init=hmc, progress=False)
+        rnshmc.RNSHMC(model, n_hidden=20).sample(20, warm_start=hmc, progress=False)
     with pytest.raises(ValueError, match="cannot start from an earlier run"):
-        rnshmc.AdaptiveMetropolis(model).sample(20, init=hmc, progress=False)
+        rnshmc.AdaptiveMetropolis(model).sample(20, warm_start=hmc, progress=False)
     saved = rnshmc.SampleResult(dict(hmc))  # (a result without its chains' states)
     with pytest.raises(ValueError, match="does not hold its chains' final states"):
-        rnshmc.HMC(model).sample(20, init=saved, progress=False)
+        rnshmc.HMC(model).sample(20, warm_start=saved, progress=False)

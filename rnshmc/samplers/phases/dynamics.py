@@ -1,0 +1,526 @@
+"""Sampling on a surrogate's dynamics with the exact test, and the trust watch.
+
+:class:`SurrogateSampling` is the "sampling" phase of the surrogate samplers: the surrogate's
+leapfrog (or RNS-RMHMC's generalized leapfrog on its Hessian) with the Metropolis test on the
+true density. Its chain runs in segments between the trust watch's reviews and the online
+installs (``rnshmc.samplers.phases.online``): :class:`WatchedPhase` is that segment loop, which
+L2HMC's learned dynamics on a surrogate use too. The :class:`TrustWatch` distrusts a window of
+draws that accepts or moves much less than the exploration did; the chain then runs an exact
+stretch and refits, or falls back to exact dynamics for good (``docs/algorithms.md``, RNS-HMC).
+The chain's :class:`DynamicsState` records which dynamics run and every trust event; this
+module also assembles a surrogate sampler's result keys and warnings.
+"""
+import dataclasses
+import math
+import warnings
+from typing import Optional
+
+import numpy as np
+
+from ..._kernels._metropolis import MetropolisChain
+from ...state import PartState
+from ...validation import check_group, check_integer, check_real, user_stacklevel
+from .base import Phase, euclidean_chain
+from .exact import ProposalState
+from .exploration import evaluated_rows
+from .fit import FitState, mean_jump
+
+TRUST_KEYS = ("ratio", "window", "max_refits", "refit_iterations", "refit_growth",
+              "jump_ratio")
+# what to try where a surrogate's acceptance collapsed without the trust watch
+COLLAPSE_ADVICE = ("The trust watch (trust=True, the default) refits such a surrogate and falls "
+                   "back to exact dynamics where it stays poor; without it, more hidden units "
+                   "(n_hidden) or more training points (a longer tune or n_train).")
+
+
+@dataclasses.dataclass
+class DynamicsState(PartState):
+    """Which dynamics a surrogate chain runs, and the trust watch's record."""
+    KEY = "dynamics"
+    mode: str = "surrogate"                  # or "exact"
+    surrogate_since: int = 0                 # the sampling iteration the surrogate came back
+    exact_until: Optional[int] = None        # the end of an exact stretch (None: to the end)
+    n_refits: int = 0
+    events: list = dataclasses.field(default_factory=list)
+    # evaluations of the chains of past stretches, by dynamics: [densities, gradients]
+    mode_evals: dict = dataclasses.field(
+        default_factory=lambda: {"exact": [0, 0], "surrogate": [0, 0]})
+
+    @classmethod
+    def from_tree(cls, tree):
+        tree = dict(tree)
+        tree.pop("kind", None)
+        if tree.get("exact_until") is not None:
+            tree["exact_until"] = int(tree["exact_until"])
+        tree["events"] = [dict(e) for e in tree.get("events") or []]
+        tree["mode_evals"] = {k: [int(x) for x in v] for k, v in tree["mode_evals"].items()}
+        return cls(**tree)
+
+
+def running_exact(state):
+    """Whether the chain runs its exact kernel (not before its sampling phase has begun)."""
+    dynamics = DynamicsState.find(state)
+    return dynamics is not None and dynamics.mode == "exact"
+
+
+class TrustWatch:
+    """The surrogate watched where the chain is: over every ``window`` sampling iterations on
+    the surrogate's dynamics, an acceptance rate under ``ratio`` times the reference
+    distrusts it; the chain then runs ``refit_iterations`` of its exact kernel (HMC, or the
+    exploration's random walk for a values-only sampler: see :class:`SurrogateSampling`),
+    the surrogate is refitted with that stretch's evaluations and ``refit_growth`` times the
+    hidden units, and the chain goes back to it; after ``max_refits`` refits, a distrust makes
+    the rest exact (fallback). A window whose mean squared jump (each coordinate scaled by the
+    exploration's variance) is under ``jump_ratio`` times the exploration's distrusts it too:
+    a chain that accepts tiny moves (a step size adapted to a poor metric) is as stuck as one
+    that rejects. See ``docs/algorithms.md`` (RNS-HMC) for why the chain stays
+    exact.
+
+    The reference (``reference``) is the exploration's acceptance over its training window
+    ("exploration": an exact HMC exploration's, which the surrogate's dynamics should
+    match), or the surrogate's own acceptance on its pilot ("surrogate": a random-walk
+    exploration's acceptance says nothing of the dynamics')."""
+
+    REFERENCES = ("exploration", "surrogate")
+
+    def __init__(self, ratio=0.5, window=50, max_refits=2, refit_iterations=200,
+                 refit_growth=2.0, reference="exploration", jump_ratio=0.1):
+        if reference not in self.REFERENCES:
+            raise ValueError(f"the trust watch's reference must be one of {self.REFERENCES}, "
+                             f"got {reference!r}")
+        self.reference = reference
+        self.ratio = check_real(ratio, "trust ratio", lower=0.0, upper=1.0, upper_inclusive=True)
+        self.window = check_integer(window, "trust window", minimum=10)
+        self.max_refits = check_integer(max_refits, "trust max_refits", minimum=0)
+        self.refit_iterations = check_integer(refit_iterations, "trust refit_iterations", minimum=1)
+        self.refit_growth = check_real(refit_growth, "trust refit_growth", lower=1.0,
+                                       lower_inclusive=True)
+        self.jump_ratio = check_real(jump_ratio, "trust jump_ratio", lower=0.0, upper=1.0,
+                                     lower_inclusive=True, upper_inclusive=True)
+
+    def distrusts(self, outputs, t, reference, jump_scale=None, reference_jump=math.nan):
+        """The event (a dict) if the window of sampling draws before ``t`` in ``outputs`` is
+        poor: its acceptance under ``ratio`` times ``reference``, or its mean squared jump
+        (scaled by ``jump_scale``) under ``jump_ratio`` times ``reference_jump``; else None."""
+        rate = float(outputs["records"]["accepted"][t - self.window:t].mean())
+        # (the jump from the window's previous draw included, if it was a sampling draw)
+        jump = (math.nan if jump_scale is None else mean_jump(
+            outputs["samples"][max(t - self.window - 1, 0):t], jump_scale))
+        # (a reference that is not known, NaN, tests nothing)
+        if not (rate < self.ratio * reference or jump < self.jump_ratio * reference_jump):
+            return None
+        return {"iteration": t, "window_acceptance": rate,
+                f"{self.reference}_acceptance": reference, "window_jump": jump,
+                "exploration_jump": reference_jump}
+
+
+
+class WatchedPhase(Phase):
+    """A phase whose chain runs on a surrogate's dynamics in segments: between the trust
+    watch's reviews (every ``trust.window`` iterations on the surrogate; the end of an exact
+    stretch) and the online installs. At a review a poor window hands the chain to its exact
+    kernel: for ``trust.refit_iterations`` before a refit (:meth:`refit`, where
+    ``REFITS``), or for good (fallback). Which dynamics run is the chain's
+    :class:`DynamicsState`, which the subclass's ``begin`` creates (none: no watch).
+
+    Parameters
+    ----------
+    name : str
+    trust : TrustWatch or None
+    online : OnlineInstalls or None
+    exact_kernel : {"hmc", "metropolis"}
+        The exact stretches' and the fallback's kernel: exact HMC with the exploration's step
+        size (``FitState.explore_step_size``), or a random walk with its own proposal.
+    """
+
+    # whether a distrust may refit the surrogate (else it falls back at once)
+    REFITS = True
+
+    def __init__(self, name, trust=None, online=None, exact_kernel="hmc"):
+        super().__init__(name)
+        if exact_kernel not in ("hmc", "metropolis"):
+            raise ValueError(f"exact_kernel must be 'hmc' or 'metropolis', got {exact_kernel!r}")
+        self.trust, self.online, self.exact_kernel = trust, online, exact_kernel
+        self.barrier = online  # (the installs of a shared online estimator)
+
+    def segment_stop(self, run, n_iter):
+        state = run.state
+        dynamics = DynamicsState.find(state)
+        if dynamics is None:
+            return n_iter
+        if dynamics.mode == "exact":
+            stop = n_iter if dynamics.exact_until is None else dynamics.exact_until
+        elif self.trust is None:
+            stop = n_iter
+        else:
+            since, window = dynamics.surrogate_since, self.trust.window
+            stop = since + ((state.iteration - since) // window + 1) * window
+        if self.online is not None:
+            stop = self.online.segment_stop(state, n_iter, stop)
+        return stop
+
+    def begin_segment(self, run, chain, first, stop):
+        state = run.state
+        dynamics = DynamicsState.find(state)
+        if dynamics is None:
+            return
+        if self.online is not None:  # (weights installed at a join, while it waited)
+            self.online.refresh(run, chain, dynamics.mode)
+        # which dynamics made each draw (marked ahead: a segment runs on one dynamics, and a
+        # segment cut short by a Ctrl-C keeps its marks)
+        outputs = state.outputs.setdefault(self.name, {})
+        exact = outputs.setdefault("exact_dynamics",
+                                   np.zeros(state.phase_length(self.name), dtype=bool))
+        exact[first:stop] = dynamics.mode == "exact"
+
+    def end_segment(self, run, chain, first, stop):
+        state = run.state
+        dynamics = DynamicsState.find(state)
+        if dynamics is None:
+            return False
+        if self.online is not None:
+            self.online.segment_done(state, first, state.iteration - first)
+            self.online.refresh(run, chain, dynamics.mode)
+        return (state.iteration == stop < state.phase_length(self.name)
+                and self.review_trust(run, chain))
+
+    def review_trust(self, run, chain):
+        """At a segment's end: distrust the surrogate after a poor window, refit after an exact
+        stretch. Returns True when the dynamics changed."""
+        state = run.state
+        dynamics = DynamicsState.of(state)
+        t = state.iteration
+        if dynamics.mode == "exact":
+            if dynamics.exact_until != t:
+                return False
+            self.refit(run)
+            self.switch_dynamics(run, chain, "surrogate")
+            dynamics.surrogate_since, dynamics.exact_until = t, None
+            return True
+        trust = self.trust
+        if trust is None or (t - dynamics.surrogate_since) % trust.window:
+            return False
+        fit = FitState.of(state)
+        reference = (fit.surrogate_acceptance_rate if trust.reference == "surrogate"
+                     else fit.exploration_acceptance_rate)
+        event = trust.distrusts(state.outputs[self.name], t, reference, fit.jump_scale,
+                                fit.exploration_jump)
+        if event is None:
+            return False
+        refit = self.REFITS and dynamics.n_refits < trust.max_refits
+        dynamics.events.append(dict(event, action="refit" if refit else "fallback"))
+        dynamics.exact_until = t + trust.refit_iterations if refit else None
+        self.switch_dynamics(run, chain, "exact")
+        return True
+
+    def refit(self, run):
+        """Refit the surrogate after an exact stretch (where ``REFITS``)."""
+        raise NotImplementedError
+
+    def switch_dynamics(self, run, chain, mode):
+        """Carry the chain over to the exact or the surrogate's dynamics at its position; its
+        evaluation counters so far are kept per kind of dynamics."""
+        state = run.state
+        dynamics = DynamicsState.of(state)
+        counts = dynamics.mode_evals[dynamics.mode]
+        counts[0] += chain.n_density_evals
+        counts[1] += chain.n_gradient_evals
+        dynamics.mode = mode
+        new = self.make_chain(run)
+        new.set_position(chain.position)
+        fit = FitState.of(state)
+        if mode == "surrogate":
+            new.step_size = fit.sampling_step_size
+        elif self.exact_kernel == "hmc":  # (a random walk keeps its proposal's scale)
+            new.step_size = fit.explore_step_size
+        run.keep_current(self.name, new)
+
+    def exact_evals(self, state):
+        if DynamicsState.find(state) is None:
+            return super().exact_evals(state)
+        density, gradient, _ = sampling_evals(state)
+        return [density, gradient, 0]
+
+
+class SurrogateSampling(WatchedPhase):
+    """The "sampling" phase on a surrogate's dynamics with the exact Metropolis test (one
+    exact density per iteration), in segments between the trust watch's reviews and the
+    online installs.
+
+    Parameters
+    ----------
+    fit : SurrogateFit
+    leapfrog : LeapfrogSettings
+        The exploration's (the exact stretches' max_energy_error).
+    delayed_acceptance : bool
+        Two-stage test: stage 1 on the surrogate's energy, the exact density only for
+        proposals that pass it.
+    trust : TrustWatch or None
+    online : OnlineInstalls or None
+    keep_gradients : bool
+        Keep the dynamics gradient of every draw (an exact stretch's are a refit's data).
+    jitter : bool or None
+        Draw each trajectory's steps uniformly from {1, ..., L} (None: as the exploration).
+    exact_kernel : {"hmc", "metropolis"}
+        The exact stretches' and the fallback's kernel: exact HMC with the exploration's step
+        size and mass matrix, or the exploration's last adaptive Metropolis proposal, frozen.
+    metric : SurrogateMetric or None
+        The generalized leapfrog on the surrogate's Hessian metric (its own steps and jitter)
+        instead of the leapfrog on its gradient.
+    after_adaptation : bool
+        (with ``metric``) An adaptation phase came before: continue from its last state with
+        its step size, else from the exploration's with the metric's given step size.
+    """
+
+    def __init__(self, fit, leapfrog, delayed_acceptance=False, trust=None, online=None,
+                 keep_gradients=True, jitter=None, exact_kernel="hmc", metric=None,
+                 after_adaptation=False):
+        super().__init__(Phase.SAMPLING, trust, online, exact_kernel)
+        self.metric, self.after_adaptation = metric, after_adaptation
+        self.fit, self.leapfrog, self.delayed_acceptance = fit, leapfrog, delayed_acceptance
+        self.jitter = leapfrog.jitter if jitter is None else jitter
+        # a random walk's refits are fitted to the values of its proposals
+        proposals = (online is not None and online.points == "proposals") or (
+            trust is not None and exact_kernel == "metropolis")
+        self.keep = ("samples", "records") + (("gradients",) if keep_gradients else ()) \
+            + (("proposals",) if proposals else ())
+
+    def make_chain(self, run):
+        state = run.state
+        if running_exact(state):
+            if self.exact_kernel == "metropolis":  # the exploration's last proposal, frozen
+                proposal = ProposalState.of(state)
+                return MetropolisChain(run.target, proposal.covariance, proposal.scale)
+            return euclidean_chain(run.target, state, self.leapfrog.max_energy_error)
+        if self.metric is not None:
+            return self.metric.make_chain(run, self.fit.surrogate(state))
+        return euclidean_chain(self.fit.surrogate(state)._ctarget, state,
+                               self.leapfrog.max_energy_error, test=run.target,
+                               delayed_acceptance=self.delayed_acceptance)
+
+    def trajectory(self, run):
+        fit = FitState.of(run.state)
+        exact = running_exact(run.state)
+        if exact:  # (a random walk makes one step)
+            return (fit.exact_n_steps if self.exact_kernel == "hmc" else 1), self.jitter
+        if self.metric is not None:
+            return self.metric.leapfrog.n_steps, self.metric.leapfrog.jitter
+        return fit.surrogate_n_steps, self.jitter
+
+    def begin(self, run, chain):
+        state = run.state
+        state.parts[DynamicsState.KEY] = DynamicsState()
+        if self.after_adaptation:  # (its last state, evaluated there, and its step size)
+            chain.set_state(state.kernel, counters=False)
+            FitState.of(state).sampling_step_size = chain.step_size
+            return
+        start_on_surrogate(run, chain)
+        if self.metric is not None:
+            chain.step_size = self.metric.leapfrog.step_size_of(state.chain)
+            FitState.of(state).sampling_step_size = chain.step_size
+
+    def warm(self, state):
+        """A chain carried over from an earlier run (a warm start: ``Sampler.warm_states``)
+        samples anew with the surrogate and kernel it has: the earlier run's trust record is
+        not this run's."""
+        state.parts.pop(DynamicsState.KEY, None)
+        self.fit.warm(state)
+
+    def extended(self, states, length):
+        if self.online is not None:
+            self.online.extended(states, length)
+
+    def refit(self, run):
+        """Refit the surrogate to the exploration's training data plus the exact stretches'
+        states (with their gradients; a random walk's: its evaluated proposals), with
+        ``refit_growth`` times the hidden units."""
+        state = run.state
+        dynamics = DynamicsState.of(state)
+        outputs = state.outputs[self.name]
+        t = state.iteration
+        exact = outputs["exact_dynamics"][:t]
+        Q, U = outputs["samples"][:t][exact], -outputs["records"]["log_density"][:t][exact]
+        # the old surrogate's misfit at the newest exact states (out of sample: where the
+        # chain went), centred (a constant offset does not matter)
+        newest = slice(-(t - dynamics.events[-1]["iteration"]), None)
+        old = self.fit.surrogate(state)
+        misfit = old.predict(Q[newest]) - U[newest]
+        Q0, U0, G0 = self.fit.exploration.training_rows(state)
+        if self.exact_kernel == "metropolis":
+            rows = evaluated_rows(outputs["proposals"][:t][exact], U)
+            Q, U, G = rows[:, :-1], rows[:, -1], None
+        else:
+            G = np.vstack([G0, outputs["gradients"][:t][exact]])
+        n_hidden = int(round(old.n_hidden * self.trust.refit_growth))
+        surrogate = self.fit.fit(state, run.generator, np.vstack([Q0, Q]),
+                                 np.concatenate([U0, U]), G, n_hidden)
+        if self.metric is not None:
+            self.metric.choose_softabs(FitState.of(state), surrogate, np.vstack([Q0, Q]))
+        dynamics.n_refits += 1
+        dynamics.events[-1].update(
+            misfit_before=float(np.sqrt(np.mean((misfit - misfit.mean()) ** 2))),
+            fit_residual=float(surrogate.fit_residual_), n_hidden=int(surrogate.n_hidden),
+            n_train=int(surrogate.n_train_))
+
+    def end(self, run, chain):
+        if self.online is not None:
+            self.online.end(run.state)
+
+    def report(self, result, states):
+        surrogate_report(result, states)
+        if self.online is not None:
+            self.online.report(result, states)
+
+
+def start_on_surrogate(run, chain):
+    """Continue from the exploration's last state on the surrogate's dynamics; the exact
+    evaluation there counts to training."""
+    state = run.state
+    chain.set_position(state.kernel["position"])
+    chain.step_size = state.kernel["step_size"]
+    FitState.of(state).sampling_step_size = chain.step_size
+    state.evals[Phase.TRAINING][0] += chain.n_density_evals
+    chain.n_density_evals = chain.n_gradient_evals = 0
+
+
+def sampling_evals(state):
+    """Exact density, exact gradient and surrogate gradient evaluations of the sampling phase
+    (over its exact and surrogate dynamics)."""
+    dynamics = DynamicsState.find(state)
+    if dynamics is None:
+        return 0, 0, 0  # (not begun)
+    counts = {k: list(v) for k, v in dynamics.mode_evals.items()}
+    current = state.evals.get(Phase.SAMPLING, [0, 0])
+    counts[dynamics.mode][0] += current[0]
+    counts[dynamics.mode][1] += current[1]
+    return (counts["exact"][0] + counts["surrogate"][0], counts["exact"][1],
+            counts["surrogate"][1])
+
+
+def surrogate_report(result, states):
+    """A surrogate sampler's evaluation counts (the exploration's, training's and any other
+    phase before sampling count as ``_explore``), its fits and its trust record."""
+    per_chain = lambda f, dtype=None: np.array([f(s) for s in states], dtype=dtype)
+    sampling = per_chain(sampling_evals, np.int64)
+    before = [name for name, _ in states[0].phases if name != Phase.SAMPLING]
+    result["n_density_evals_sampling"] = sampling[:, 0]
+    result["n_gradient_evals_sampling"] = sampling[:, 1]
+    result["n_surrogate_gradient_evals"] = sampling[:, 2]
+    result["n_density_evals_explore"] = per_chain(
+        lambda s: sum(s.evals.get(name, [0, 0])[0] for name in before), np.int64)
+    result["n_gradient_evals"] = (per_chain(lambda s: s.evals[Phase.EXPLORATION][1], np.int64)
+                                  + result["n_gradient_evals_sampling"])
+    result["n_density_evals"] = (result["n_density_evals_explore"]
+                                 + result["n_density_evals_sampling"])
+    fits = [FitState.of(s) for s in states]
+    result["surrogate_n_steps"] = np.array([f.surrogate_n_steps for f in fits], dtype=np.int64)
+    result["exact_n_steps"] = np.array([f.exact_n_steps for f in fits], dtype=np.int64)
+    result["exploration_acceptance_rate"] = np.array(
+        [f.exploration_acceptance_rate for f in fits])
+    surrogates = [f.surrogate for f in fits]
+    result["n_train"] = np.array([s["n_train_"] for s in surrogates], dtype=np.int64)
+    result["fit_residual"] = np.array([s["fit_residual_"] for s in surrogates])
+    result["gradient_residual"] = np.array(
+        [np.nan if s["gradient_residual_"] is None else s["gradient_residual_"]
+         for s in surrogates])
+    result["surrogate"] = surrogates
+    trust_report(result, states)
+
+
+def trust_report(result, states):
+    """The trust watch's result keys: ``exact_dynamics`` (chains, draws), ``n_refits``,
+    ``trust_events`` and ``fallback`` per chain."""
+    draws = result.samples.shape[1]
+    result["exact_dynamics"] = np.stack(
+        [s.outputs[Phase.SAMPLING].get("exact_dynamics", np.zeros(draws, dtype=bool))
+         for s in states])
+    dynamics = [DynamicsState.of(s) for s in states]
+    result["n_refits"] = np.array([d.n_refits for d in dynamics], dtype=np.int64)
+    result["trust_events"] = [list(d.events) for d in dynamics]
+    result["fallback"] = np.array([any(e["action"] == "fallback" for e in events)
+                                   for events in result["trust_events"]])
+
+
+def warn_about_surrogate(name, trust, result, reference, reference_is,
+                         advice=COLLAPSE_ADVICE):
+    """A surrogate sampler's warnings: with the trust watch, about each chain whose surrogate
+    it distrusted (:func:`warn_about_trust_events`); without, about chains whose acceptance
+    collapsed under a third of ``reference`` (:func:`warn_if_acceptance_collapsed`)."""
+    if trust is not None:
+        warn_about_trust_events(name, trust, result)
+    else:
+        warn_if_acceptance_collapsed(name, result.accepted, reference, reference_is, advice)
+
+
+def trust_watch(trust, moved=None, reference="exploration", **defaults):
+    """The :class:`TrustWatch` of a sampler's ``trust`` argument (True or None: the defaults;
+    False: None, no watch; a dict: its ``TRUST_KEYS``), with the sampler's own ``defaults``
+    and ``reference`` under it (``moved``: settings given by earlier keyword names, over
+    it)."""
+    moved = moved or {}
+    if trust is False or ("ratio" in moved and moved["ratio"] is None):
+        return None
+    given = {} if trust is True or trust is None else check_group(trust, "trust", TRUST_KEYS)
+    return TrustWatch(**{**defaults, **given, **moved}, reference=reference)
+
+
+def warn_about_trust_events(name, trust, result, exact=None):
+    """One warning per chain whose surrogate was distrusted: what happened (``exact``: the
+    name of the exact kernel; by default exact HMC after an HMC exploration, else adaptive
+    Metropolis)."""
+    if exact is None:
+        exact = "exact HMC" if trust.reference == "exploration" else "adaptive Metropolis"
+    against = ("in exploration" if trust.reference == "exploration"
+               else "on the surrogate itself")
+    for chain, events in enumerate(result["trust_events"]):
+        if not events:
+            continue
+        first = events[0]
+        what = []
+        if result.n_refits[chain]:
+            what.append(f"refitted {result.n_refits[chain]} time(s) (after {exact} stretches "
+                        f"of {trust.refit_iterations} iterations, with more hidden units)")
+        if result.fallback[chain]:
+            what.append(f"replaced by {exact} from draw {events[-1]['iteration']} on")
+        what = " and then ".join(what)
+        jump = first.get("window_jump", math.nan) / first.get("exploration_jump", math.nan)
+        moved = (f"; its moves {jump:.2g} times as long (squared) as the exploration's"
+                 if jump < trust.jump_ratio else "")
+        warnings.warn(
+            f"{name} chain {chain}: the surrogate was poor where the chain went "
+            f"(acceptance {first['window_acceptance']:.2f} over draws "
+            f"{first['iteration'] - trust.window}-{first['iteration'] - 1}, against "
+            f"{first[trust.reference + '_acceptance']:.2f} {against}{moved}); it was {what}. "
+            f"{result.exact_dynamics[chain].mean():.0%} of the draws used exact dynamics; "
+            "the chain is exact either way (result['trust_events'] has the details).",
+            RuntimeWarning, stacklevel=user_stacklevel())
+
+
+def warn_if_acceptance_collapsed(name, accepted, reference, reference_is, advice):
+    """Warn, once for all chains, about chains whose acceptance over a window of draws (a
+    tenth, at least 50) is under a third of ``reference`` (per chain).
+
+    Parameters
+    ----------
+    name : str
+    accepted : ndarray of bool, shape (chains, draws)
+    reference : ndarray of shape (chains,)
+    reference_is : str
+        What the reference is, for the message.
+    advice : str
+        What to try, for the message: what fixed such a fall in the tests.
+    """
+    draws = accepted.shape[1]
+    width = min(max(50, draws // 10), draws)
+    windows = accepted[:, :draws // width * width].reshape(len(accepted), -1, width).mean(axis=2)
+    falls = []
+    for chain, (rates, rate) in enumerate(zip(windows, reference)):
+        low = np.flatnonzero(rates < rate / 3)
+        if low.size:
+            falls.append(f"chain {chain} to {rates[low[0]]:.2f} over draws {low[0] * width}-"
+                         f"{(low[0] + 1) * width - 1} (of {rate:.2f})")
+    if falls:
+        warnings.warn(
+            f"{name}: acceptance fell under a third of {reference_is}: {'; '.join(falls)}. "
+            f"The surrogate is poor in part of the posterior: the chains are still exact but "
+            f"mix slowly there. {advice}", RuntimeWarning, stacklevel=user_stacklevel())
