@@ -44,14 +44,14 @@ def _python_target(dim=2):
 
 
 def _l2hmc(target):
-    l2 = rnshmc.L2HMC(target, n_steps=4, n_hidden=6, step_size=0.2).initialize(0)
+    l2 = rnshmc.L2HMC(target, n_steps=4, net_width=6, step_size=0.2).initialize(0)
     l2.train(60, chains=20, rng=1, progress=False)
     return l2
 
 
 def _l2hmc_surrogate():
     l2 = rnshmc.L2HMC.with_surrogate(_logistic(), tune=120, rng=0, progress=False,
-                                     rns_options=dict(n_hidden=150), n_steps=4, n_hidden=6)
+                                     rns_options=dict(n_hidden=150), n_steps=4, net_width=6)
     l2.train(40, chains=20, learning_rate=3e-3, rng=1, progress=False)
     return l2
 

@@ -10,7 +10,9 @@ import numpy as np
 from .samplers import ARNSHMC, HMC, RNSHMC, GradientFreeRNSHMC
 from .samplers._base import Sampler, check_start
 from .samplers.checkpoint import SAMPLERS
-from .surrogate import RandomNetworkSurrogate, gradient_flops
+from .samplers.phases.fit import auto_hidden_units
+from .samplers.rns import surrogate_group
+from .surrogate import RandomNetworkSurrogate, Surrogate, gradient_flops
 from .targets import as_ctarget, check_target, target_dim, unknown_dim
 from .validation import check_initial_points, check_integer
 
@@ -60,13 +62,14 @@ def choose_sampler(model, dim=None, init=None, surrogate=None):
         return (GradientFreeRNSHMC(model, share_surrogate=True, surrogate=surrogate),
                 "the model has no gradient: gradient-free RNS-HMC")
     if surrogate is not None:
-        sampler = RNSHMC(model, share_surrogate=True, surrogate=surrogate)
-        if sampler.surrogate_settings.cls.supports_online:
+        kind = surrogate_group(surrogate).get("kind", "random_network")
+        if Surrogate.kinds[kind].supports_online:
             return (ARNSHMC(model, share_surrogate=True, surrogate=surrogate),
                     "a surrogate was given: ARNS-HMC with it, shared and refined online")
-        return sampler, ("a surrogate without online updates was given: RNS-HMC with it, "
-                         "shared by the chains")
-    n_hidden = ARNSHMC(model).hidden_units(dim)
+        return (RNSHMC(model, share_surrogate=True, surrogate=surrogate),
+                "a surrogate without online updates was given: RNS-HMC with it, shared by "
+                "the chains")
+    n_hidden = auto_hidden_units(dim)  # (ARNS-HMC's default surrogate)
     share, how = surrogate_step_share(model, dim, n_hidden, init)
     if share > SURROGATE_STEP_SHARE:
         return HMC(model), (f"a surrogate leapfrog step would cost {share:.2g} exact densities "

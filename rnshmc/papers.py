@@ -137,7 +137,7 @@ L2HMC_TARGETS = {
 L2HMC_MIXTURE = dict(title="mixture of two Gaussians", model=models.GaussianMixture,
                      temperature=10.0)
 #: The sampler: T = 10 leapfrog steps, networks of 10 hidden units, initial step size 0.1.
-L2HMC_SETTINGS = dict(n_steps=10, n_hidden=10, step_size=0.1)
+L2HMC_SETTINGS = dict(n_steps=10, net_width=10, step_size=0.1)
 #: The reference training: chains and iterations (Adam and the loss at L2HMC's defaults).
 L2HMC_TRAINING = dict(chains=200, iterations=5000)
 #: The paper's HMC baseline: 10 leapfrog steps, no jitter, identity mass, these step sizes.

@@ -11,7 +11,7 @@ import sys
 import numpy as np
 
 __all__ = ["check_integer", "check_real", "check_per_chain_real", "check_inverse_mass",
-           "check_point", "check_initial_points", "check_group", "moved_arguments",
+           "check_point", "check_initial_points", "check_group", "refuse_renamed",
            "user_stacklevel"]
 
 
@@ -139,17 +139,11 @@ def check_group(value, name, keys):
     return dict(value)
 
 
-def moved_arguments(owner, given, moves):
+def refuse_renamed(owner, given, moves):
     """Refuse earlier keyword names: each ``given`` name must be in ``moves`` (old name ->
     (group or None, new name); group "sample": an argument of ``sample()``; or (group, new
     name, the new spelling to name)), and a TypeError names the new spelling of each. There
     has been no release with the earlier names, so they are not kept for a deprecation cycle.
-
-    Returns
-    -------
-    dict
-        Empty when nothing is given (the form in which callers read the moved values:
-        {group: {new name: value}}).
 
     Raises
     ------
@@ -167,4 +161,3 @@ def moved_arguments(owner, given, moves):
         renamed.append(f"{old}= was renamed: use {spelling}")
     if renamed:
         raise TypeError(f"{owner}: {'; '.join(renamed)}")
-    return {}

@@ -5,14 +5,14 @@ import math
 
 import numpy as np
 
-from ..validation import check_group, check_real, moved_arguments
+from ..validation import check_group, check_real, refuse_renamed
 from ._base import Sampler
 from .phases.base import LeapfrogSettings, Phase, by_name
 from .phases.dynamics import SurrogateSampling, trust_watch, warn_about_surrogate
 from .phases.exact import MetropolisPhase
 from .phases.exploration import MetropolisExploration
 from .phases.fit import FitState, PilotKernel, SurrogateFit, SurrogateSettings
-from .rns import NETWORK_KEYS, check_n_steps, check_step_cost, earlier_tune, surrogate_group
+from .rns import NETWORK_KEYS, check_n_steps, check_step_cost, surrogate_group
 
 __all__ = ["GradientFreeRNSHMC", "AdaptiveMetropolis"]
 
@@ -24,8 +24,8 @@ PILOT_STEPS = 10
 # under a third of the surrogate's own acceptance (the collapse warning's threshold)
 TRUST_DEFAULTS = dict(ratio=1 / 3)
 SURROGATE_KEYS = NETWORK_KEYS + ("n_train", "training_data", "step_cost")
-# earlier keyword arguments: (their group, their new name)
-MOVED = dict({key: ("surrogate", key) for key in NETWORK_KEYS + ("n_train", "training_data")},
+# earlier keyword arguments: (their group, their new name), named by the error they raise
+RENAMED = dict({key: ("surrogate", key) for key in NETWORK_KEYS + ("n_train", "training_data")},
              surrogate_step_cost=("surrogate", "step_cost"), surrogate_n_steps=(None, "n_steps"),
              n_explore=("sample", "tune"), explore_accept=("explore", "target_accept"))
 
@@ -217,15 +217,12 @@ class GradientFreeRNSHMC(Sampler):
     def __init__(self, target, *, n_hidden="auto", surrogate=None, step_size=None,
                  n_steps="auto", jitter=True, delayed_acceptance=False, explore=None,
                  trust=True, share_surrogate=True, mass_matrix=None, inverse_mass_matrix=None,
-                 target_accept=0.8, max_energy_error=1000.0, **deprecated):
+                 target_accept=0.8, max_energy_error=1000.0, **renamed):
         super().__init__(target)
-        moved = moved_arguments(type(self).__name__, deprecated, MOVED)
-        n_steps = moved.get(None, {}).get("n_steps", n_steps)
-        self.n_explore = earlier_tune(moved)
-        surrogate = surrogate_group(surrogate, moved.get("surrogate"), SURROGATE_KEYS)
+        refuse_renamed(type(self).__name__, renamed, RENAMED)
+        surrogate = surrogate_group(surrogate, SURROGATE_KEYS)
         n_hidden = surrogate.pop("n_hidden", n_hidden)
-        explore = dict(check_group(explore, "explore", ("target_accept",)),
-                       **moved.get("explore", {}))
+        explore = check_group(explore, "explore", ("target_accept",))
         n_steps = check_n_steps(n_steps, PILOT_STEPS)
         # the sampling's leapfrog (its step size adapted on the surrogate by a pilot)
         self.leapfrog = LeapfrogSettings(step_size, PILOT_STEPS, jitter, mass_matrix,
@@ -255,8 +252,7 @@ class GradientFreeRNSHMC(Sampler):
     def plan(self, draws, tune, chains, dim):
         if tune == "auto":
             tune = self.exploration_length(dim, chains if self.share_surrogate else 1)
-        n_explore = self.fit.exploration.length(tune if self.n_explore is None
-                                                else self.n_explore)
+        n_explore = self.fit.exploration.length(tune)
         self.leapfrog.check_chains(chains)
         return [[Phase.EXPLORATION, n_explore], [Phase.TRAINING, 0], [Phase.SAMPLING, draws]]
 

@@ -14,7 +14,7 @@ from .._kernels._transition import Chain
 from ..state import PartState
 from ..surrogate import Surrogate, surrogate_from_state
 from ..targets import as_ctarget, target_dim
-from ..validation import check_integer, check_real, moved_arguments, user_stacklevel
+from ..validation import check_integer, check_real, refuse_renamed, user_stacklevel
 from ._base import Sampler
 from ._progress import Progress
 from .phases.base import Phase, by_name, euclidean_chain, start_where_finite
@@ -40,6 +40,11 @@ MAX_RECOVERIES = 3
 # (a window is compared with the training's acceptance on the surrogate itself, which the
 # test on the model does not reach even where the surrogate is good: a lower ratio)
 TRUST_DEFAULTS = dict(max_refits=0, ratio=1 / 3)
+# earlier keyword arguments: (their group, their new name), named by the error they raise
+RENAMED = dict(hidden=(None, "net_width"), n_hidden=(None, "net_width"),
+               surrogate=(None, "fitted_surrogate"),
+               rng=("train", "rng", "L2HMC(...).initialize(rng) (the same weights), or let "
+                                    "train(rng=...) draw them"))
 
 
 class L2HMC(Sampler):
@@ -47,7 +52,7 @@ class L2HMC(Sampler):
 
     The state is (x, v, d) with a direction d = +-1 drawn with the momentum each iteration; a
     trajectory runs ``n_steps`` learned steps (each with its own fixed binary mask and time
-    features; V- and X-networks of width ``n_hidden`` scale, shear and translate the
+    features; V- and X-networks of width ``net_width`` scale, shear and translate the
     leapfrog's updates). The Metropolis test adds the log-Jacobian of the map, so the chain
     targets the posterior exactly for any weights; with the networks' heads at zero (as they
     start, to 1e-3) it is HMC with step size ``step_size`` and a random time direction.
@@ -63,14 +68,14 @@ class L2HMC(Sampler):
         gradient otherwise (two more gradients per step).
     n_steps : int
         Learned leapfrog steps T per trajectory (default 10).
-    n_hidden : int
+    net_width : int
         Width of the networks' two hidden layers (default 10).
     step_size : float
         The initial step size eps (default 0.1); trained with the weights.
     max_energy_error : float
         Proposals with a larger energy error (log-Jacobian included) are rejected as
         divergences.
-    surrogate : optional
+    fitted_surrogate : optional
         A target for the dynamics and the training instead of ``target`` (e.g. a fitted
         :class:`~rnshmc.RandomNetworkSurrogate` of a costly model): training then evaluates
         no model, and each sampling iteration one exact density (the Metropolis test, on
@@ -78,14 +83,14 @@ class L2HMC(Sampler):
         invertible one whose log-Jacobian the test includes. :meth:`with_surrogate` explores
         the model and fits one as RNS-HMC does.
     wall : float or None
-        With a ``surrogate``: its dynamics and training add ``(|z_i| - wall)_+^2 / 2`` to the
+        With a ``fitted_surrogate``: its dynamics and training add ``(|z_i| - wall)_+^2 / 2`` to the
         surrogate's potential, in the standardised coordinates z (default 5: five standard
         deviations of the exploration). A surrogate is fitted where the exploration went and
         may fall without bound beyond it; trained on it without a wall, L2HMC learned to jump
         there (the surrogate promised acceptance 1) and on the authors' PDE every chain then
         stopped. The test is always on the model, so the chain stays exact. None: no wall.
     trust : dict or bool
-        With a ``surrogate``: the trust watch of :class:`~rnshmc.RNSHMC` over the sampling
+        With a ``fitted_surrogate``: the trust watch of :class:`~rnshmc.RNSHMC` over the sampling
         phase (default True). A window of ``window`` draws whose acceptance is under
         ``ratio`` (here 1/3) times the training chains' final acceptance on the surrogate, or (after
         :meth:`with_surrogate`) whose moves are under ``jump_ratio`` times the exploration's,
@@ -118,9 +123,11 @@ class L2HMC(Sampler):
 
     Notes
     -----
-    Earlier names: ``hidden`` (now ``n_hidden``) and ``rng`` (the initial weights' stream:
-    now ``train(rng=...)``'s, or ``initialize(rng)``) raise a TypeError naming the new
-    spelling.
+    Earlier names raise a TypeError naming the new spelling: ``hidden`` and ``n_hidden``
+    (now ``net_width``: ``n_hidden`` is a surrogate's hidden units in every other sampler),
+    ``surrogate`` (now ``fitted_surrogate``: ``surrogate`` is an unfitted specification
+    elsewhere) and ``rng`` (the initial weights' stream: now ``train(rng=...)``'s, or
+    ``initialize(rng)``).
 
     Examples
     --------
@@ -134,20 +141,16 @@ class L2HMC(Sampler):
 
     name = "L2HMC"
 
-    def __init__(self, target, *, n_steps=10, n_hidden=10, step_size=0.1,
-                 max_energy_error=1000.0, surrogate=None, standardize=None, wall=5.0,
-                 trust=True, **deprecated):
-        moved = moved_arguments(
-            type(self).__name__, deprecated,
-            dict(hidden=(None, "n_hidden"),
-                 rng=("train", "rng", "L2HMC(...).initialize(rng) (the same weights), or let "
-                                      "train(rng=...) draw them")))
-        n_hidden = moved.get(None, {}).get("n_hidden", n_hidden)
+    def __init__(self, target, *, n_steps=10, net_width=10, step_size=0.1,
+                 max_energy_error=1000.0, fitted_surrogate=None, standardize=None, wall=5.0,
+                 trust=True, **renamed):
+        refuse_renamed(type(self).__name__, renamed, RENAMED)
+        surrogate = fitted_surrogate
         if not hasattr(target, "dim"):
             raise ValueError("L2HMC needs the target's dim (give dim to rnshmc.Target)")
         dim = target_dim(target)
         if surrogate is not None and (not hasattr(surrogate, "dim") or target_dim(surrogate) != dim):
-            raise ValueError(f"the surrogate must be a target of the model's dim {dim}")
+            raise ValueError(f"fitted_surrogate must be a target of the model's dim {dim}")
         self.surrogate = surrogate
         self.wall = None if wall is None else check_real(wall, "wall", lower=0.0)
         self.exploration = None  # what with_surrogate's exploration cost and found
@@ -160,13 +163,11 @@ class L2HMC(Sampler):
                     or not np.all(self.scale > 0)):
                 raise ValueError(f"standardize must be (shift, scale): {dim} finite numbers "
                                  "each, scale > 0")
-        self.n_hidden = check_integer(n_hidden, "n_hidden", minimum=1)
+        self.n_hidden = check_integer(net_width, "net_width", minimum=1)
         self.n_steps = check_integer(n_steps, "n_steps", minimum=1)
         super().__init__(target)
         self.parameters = self.masks = None  # drawn by the first train(), or loaded
         self._initial_step_size = check_real(step_size, "step_size", lower=0.0)
-        if "train" in moved:  # the initial weights from the constructor's rng (earlier API)
-            self.initialize(moved["train"]["rng"])
         self.max_energy_error = check_real(max_energy_error, "max_energy_error", lower=0.0)
         # on a surrogate, a watch with exact HMC as its fallback (no refits: L2HMC's weights
         # were trained on the surrogate it has)
@@ -487,7 +488,7 @@ class L2HMC(Sampler):
             scales = np.sqrt(np.diag(inverse_mass) if inverse_mass.ndim == 2 else inverse_mass)
             unit = np.ones(state.dim) if options["standardize"] is None else options["standardize"][1]
             options["step_size"] = float(state.kernel["step_size"] * np.min(scales / unit))
-        sampler = cls(target, surrogate=surrogate, **options)
+        sampler = cls(target, fitted_surrogate=surrogate, **options)
         sampler.initialize(weights_seed)
         sampler.exploration = dict(
             n_density_evals=int(state.evals[Phase.EXPLORATION][0]
@@ -525,7 +526,7 @@ class L2HMC(Sampler):
 
     # the weights and masks and the standardisation are saved as "weights"; a surrogate as
     # its state
-    NOT_CHECKPOINTED = ("rng", "standardize", "surrogate")
+    NOT_CHECKPOINTED = ("standardize", "fitted_surrogate")
 
     def checkpoint_arguments(self):
         self._check_weights()
@@ -548,7 +549,9 @@ class L2HMC(Sampler):
         surrogate = arguments.pop("surrogate_state", None)
         exploration = arguments.pop("exploration", None)
         if surrogate is not None:
-            arguments["surrogate"] = surrogate_from_state(surrogate)
+            arguments["fitted_surrogate"] = surrogate_from_state(surrogate)
+        if "n_hidden" in arguments:  # (a checkpoint written before the rename)
+            arguments["net_width"] = arguments.pop("n_hidden")
         sampler = cls(target, standardize=(weights["shift"], weights["scale"]), **arguments)
         sampler.parameters = np.array(weights["parameters"], dtype=np.float64)
         sampler.masks = np.ascontiguousarray(weights["masks"], dtype=np.float64)
@@ -664,7 +667,7 @@ class L2HMC(Sampler):
                  **{f"history_{key}": value for key, value in self.history.items()})
 
     @classmethod
-    def load(cls, path, target, max_energy_error=1000.0, surrogate=None):
+    def load(cls, path, target, max_energy_error=1000.0, fitted_surrogate=None):
         """An L2HMC sampler of ``target`` with the weights saved by :meth:`save` (and the
         standardisation; a surrogate is not saved with them: pass it again).
 
@@ -692,8 +695,8 @@ class L2HMC(Sampler):
                 or not np.all(np.isfinite(parameters))
                 or not np.all((masks == 0.0) | (masks == 1.0))):
             raise ValueError(f"{path}: inconsistent L2HMC weights")
-        sampler = cls(target, n_steps=n_steps, n_hidden=hidden,
-                      max_energy_error=max_energy_error, surrogate=surrogate,
+        sampler = cls(target, n_steps=n_steps, net_width=hidden,
+                      max_energy_error=max_energy_error, fitted_surrogate=fitted_surrogate,
                       standardize=(data["shift"], data["scale"]))
         sampler.parameters = parameters.copy()
         sampler.masks = masks

@@ -10,7 +10,7 @@ from .._kernels._riemann import CallableMetric, LinearPredictorMetric
 from ..models import EllipticPDE, LogisticRegression
 from ..targets import as_ctarget
 from ..surrogate import Surrogate
-from ..validation import (check_group, check_integer, check_real, moved_arguments,
+from ..validation import (check_group, check_integer, check_real, refuse_renamed,
                           user_stacklevel)
 from ._base import Sampler, warn_unadapted
 from .phases.base import LeapfrogSettings, Phase, by_name
@@ -21,13 +21,14 @@ from .phases.fit import FitState, SurrogateFit, SurrogateSettings
 from .phases.riemannian import (RiemannianKernel, RiemannianPhase,
                                 RiemannianSurrogateAdaptation, SurrogateMetric,
                                 riemannian_report)
-from .rns import EXPLORE_KEYS, NETWORK_KEYS, earlier_tune, surrogate_group
+from .rns import EXPLORE_KEYS, NETWORK_KEYS, surrogate_group
 
 __all__ = ["RMHMC", "RNSRMHMC"]
 
 SURROGATE_KEYS = NETWORK_KEYS + ("gradient_weight", "n_train")
-# RNS-RMHMC's earlier keyword arguments: (their group, their new name)
-MOVED = dict({key: ("surrogate", key) for key in SURROGATE_KEYS},
+# RNS-RMHMC's earlier keyword arguments: (their group, their new name), named by the error
+# they raise
+RENAMED = dict({key: ("surrogate", key) for key in SURROGATE_KEYS},
              explore_step_size=("explore", "step_size"), explore_n_steps=("explore", "n_steps"),
              explore_jitter=("explore", "jitter"), n_explore=("sample", "tune"),
              **{key: ("explore", key) for key in ("mass_matrix", "inverse_mass_matrix",
@@ -256,8 +257,10 @@ class RNSRMHMC(Sampler):
         :class:`~rnshmc.HMC`. Its length is ``sample()``'s ``tune``.
     fixed_point_tol, max_fixed_point_iterations, newton
         As for :class:`RMHMC`.
-    n_hidden : int
-        Hidden units of the surrogate (default 1000).
+    n_hidden : int or "auto"
+        Hidden units of the surrogate: "auto" (default) as for :class:`~rnshmc.RNSHMC`
+        (1000 up to d = 36, then 1.5 times the d (d + 1) / 2 coefficients of a quadratic
+        form, at most 4000).
     surrogate : dict or RandomNetworkSurrogate, optional
         As for :class:`~rnshmc.RNSHMC`: ``nodes`` (additive only), ``activation``, ``ridge``,
         ``weight_scale``, ``whiten``, ``gradient_weight``, ``n_train``; the training data
@@ -293,16 +296,16 @@ class RNSRMHMC(Sampler):
 
     name = "RNS-RMHMC"
 
-    def __init__(self, target, *, metric="hessian", softabs="auto", n_hidden=1000,
+    def __init__(self, target, *, metric="hessian", softabs="auto", n_hidden="auto",
                  surrogate=None, step_size=None, n_steps=6, jitter=False, n_adapt=500,
                  explore=None, fixed_point_tol=1e-9, max_fixed_point_iterations=50,
                  newton=False, trust=True, target_accept=0.8, max_energy_error=1000.0,
-                 **deprecated):
+                 **renamed):
         super().__init__(target)
-        moved = moved_arguments(type(self).__name__, deprecated, MOVED)
-        surrogate = surrogate_group(surrogate, moved.get("surrogate"), SURROGATE_KEYS)
+        refuse_renamed(type(self).__name__, renamed, RENAMED)
+        surrogate = surrogate_group(surrogate, SURROGATE_KEYS)
         n_hidden = surrogate.pop("n_hidden", n_hidden)
-        explore = dict(check_group(explore, "explore", EXPLORE_KEYS), **moved.get("explore", {}))
+        explore = check_group(explore, "explore", EXPLORE_KEYS)
         nodes, activation = surrogate.get("nodes", "additive"), surrogate.get("activation",
                                                                               "softplus")
         if metric not in ("hessian", "diagonal"):
@@ -329,7 +332,6 @@ class RNSRMHMC(Sampler):
         self.solver = dict(tol=tol, max_iterations=iterations, newton=bool(newton))
         self.trust = trust_watch(trust)
         self.n_adapt = check_integer(n_adapt, "n_adapt", minimum=1)
-        self.n_explore = earlier_tune(moved)
         settings = SurrogateSettings.from_group(n_hidden, surrogate)
         exploration = HMCExploration(self.leapfrog, surrogate.get("n_train"),
                                      training_data="states")
@@ -342,8 +344,7 @@ class RNSRMHMC(Sampler):
                               after_adaptation=self.sampling_leapfrog.step_size is None))
 
     def plan(self, draws, tune, chains, dim):
-        n_explore = self.fit.exploration.length(tune if self.n_explore is None
-                                                else self.n_explore)
+        n_explore = self.fit.exploration.length(tune)
         self.leapfrog.check_chains(chains)
         self.sampling_leapfrog.check_chains(chains)
         phases = [[Phase.EXPLORATION, n_explore], [Phase.TRAINING, 0], [Phase.SAMPLING, draws]]

@@ -6,7 +6,7 @@ import numpy as np
 
 from ..surrogate import Surrogate, surrogate_from_state
 from ..validation import (check_group, check_integer, check_per_chain_real, check_real,
-                          moved_arguments)
+                          refuse_renamed)
 from ._base import Sampler
 from .phases.base import LeapfrogSettings, Phase, by_name
 from .phases.dynamics import SurrogateSampling, trust_watch, warn_about_surrogate
@@ -19,8 +19,8 @@ NETWORK_KEYS = ("nodes", "activation", "ridge", "weight_scale", "whiten")
 SURROGATE_KEYS = NETWORK_KEYS + ("gradient_weight", "n_train", "training_data", "step_cost")
 EXPLORE_KEYS = ("step_size", "n_steps", "jitter", "mass_matrix", "inverse_mass_matrix",
                 "adapt_mass_matrix", "target_accept")
-# earlier keyword arguments: (their group, their new name)
-MOVED = dict({key: ("surrogate", key) for key in SURROGATE_KEYS if key != "step_cost"},
+# earlier keyword arguments: (their group, their new name), named by the error they raise
+RENAMED = dict({key: ("surrogate", key) for key in SURROGATE_KEYS if key != "step_cost"},
              surrogate_step_cost=("surrogate", "step_cost"), surrogate_n_steps=(None, "n_steps"),
              n_explore=("sample", "tune"),
              **{key: ("explore", key) for key in ("mass_matrix", "inverse_mass_matrix",
@@ -154,7 +154,9 @@ class RNSHMC(Sampler):
         refits a surrogate of its own. Pooling k chains' explorations gives the fit k times
         the points for the same exact evaluations, so a shorter ``tune`` may do.
     target_accept : float
-        The acceptance the exploration's step size is adapted to (default 0.8).
+        The acceptance the step sizes are adapted to (default 0.8): the sampling's, on the
+        surrogate, and the exploration's unless ``explore`` gives its own (as in every
+        sampler, ``target_accept`` is the sampling kernel's).
     max_energy_error : float
         Proposals with a larger energy error are rejected as divergences (default 1000).
 
@@ -226,14 +228,12 @@ class RNSHMC(Sampler):
     def __init__(self, target, *, n_hidden="auto", surrogate=None, step_size=None,
                  n_steps="auto", jitter=True, delayed_acceptance=False, explore=None, trust=True,
                  share_surrogate=True, target_accept=0.8, max_energy_error=1000.0,
-                 **deprecated):
+                 **renamed):
         super().__init__(target)
-        moved = moved_arguments(type(self).__name__, deprecated, MOVED)
-        n_steps = moved.get(None, {}).get("n_steps", n_steps)
-        self.n_explore = earlier_tune(moved)
-        surrogate = surrogate_group(surrogate, moved.get("surrogate"))
+        refuse_renamed(type(self).__name__, renamed, RENAMED)
+        surrogate = surrogate_group(surrogate)
         n_hidden = surrogate.pop("n_hidden", n_hidden)
-        explore = dict(check_group(explore, "explore", EXPLORE_KEYS), **moved.get("explore", {}))
+        explore = check_group(explore, "explore", EXPLORE_KEYS)
         self.leapfrog = LeapfrogSettings(
             explore.get("step_size", step_size), explore.get("n_steps", 5),
             explore.get("jitter", jitter), explore.get("mass_matrix"),
@@ -243,15 +243,16 @@ class RNSHMC(Sampler):
                                    else check_per_chain_real(step_size, "step_size"))
         self.jitter = bool(jitter)
         self.surrogate_settings = SurrogateSettings.from_group(n_hidden, surrogate)
-        self.trust = trust_watch(trust, moved.get("trust"))
+        self.trust = trust_watch(trust)
         self.delayed_acceptance = bool(delayed_acceptance)
         self.share_surrogate = bool(share_surrogate)
         self.exploration = HMCExploration(
             self.leapfrog, surrogate.get("n_train"),
             surrogate.get("training_data", "trajectories"),
             check=ExplorationCheck(self.name, self.surrogate_settings, self.share_surrogate))
-        self.kernel = ExplorationKernel(check_n_steps(n_steps, self.leapfrog.n_steps),
-                                        self.sampling_step_size, self.leapfrog)
+        self.kernel = ExplorationKernel(
+            check_n_steps(n_steps, self.leapfrog.n_steps), self.sampling_step_size,
+            self.leapfrog, check_real(target_accept, "target_accept", lower=0.0, upper=1.0))
         self.step_cost_setting = check_step_cost(surrogate.get("step_cost", "auto"))
         self.fit, self.phases = surrogate_hmc_phases(self)
 
@@ -261,8 +262,7 @@ class RNSHMC(Sampler):
                 if self.share_surrogate else self.AUTO_TUNE)
 
     def initial_parts(self, tune, chains):
-        if (tune != "auto" or self.n_explore is not None
-                or self.exploration.training_data != "trajectories"):
+        if tune != "auto" or self.exploration.training_data != "trajectories":
             return {}
         round_length = self.auto_tune(chains)
         return {ExploreChecks.KEY: ExploreChecks(round_length=round_length,
@@ -272,9 +272,7 @@ class RNSHMC(Sampler):
         self.phases[Phase.SAMPLING].warm(state)
 
     def plan(self, draws, tune, chains, dim):
-        if self.n_explore is not None:
-            tune = self.n_explore
-        elif tune == "auto":
+        if tune == "auto":
             tune = self.auto_tune(chains)
         n_explore = self.exploration.length(tune)
         self.leapfrog.check_chains(chains)
@@ -337,12 +335,6 @@ def surrogate_hmc_phases(sampler, online=None):
     return fit, by_name(sampler.exploration, fit, sampling)
 
 
-def earlier_tune(moved):
-    """The exploration length given by the deprecated ``n_explore`` (None if not), checked."""
-    n_explore = moved.get("sample", {}).get("tune")
-    return None if n_explore is None else check_integer(n_explore, "n_explore", minimum=2)
-
-
 def check_n_steps(n_steps, default):
     """The sampling phase's ``n_steps`` checked: an int, "auto", or None (then ``default``)."""
     if n_steps is None:
@@ -354,8 +346,8 @@ def check_n_steps(n_steps, default):
     return check_integer(n_steps, "n_steps", minimum=1)
 
 
-def surrogate_group(surrogate, moved, keys=SURROGATE_KEYS):
-    """The ``surrogate=`` settings as a dict, with the deprecated arguments' values. A
+def surrogate_group(surrogate, keys=SURROGATE_KEYS):
+    """The ``surrogate=`` settings as a dict. A
     surrogate object (its fit, if any, is not used) gives its ``kind`` and its settings; a
     dict may name a ``kind`` (default "random_network") and hold that class's settings
     (:attr:`rnshmc.surrogate.Surrogate.OPTIONS`) besides the sampler's own ``keys``."""
@@ -370,7 +362,7 @@ def surrogate_group(surrogate, moved, keys=SURROGATE_KEYS):
         options = list(Surrogate.kinds[kind].OPTIONS)
         settings = check_group(surrogate, "surrogate",
                                [k for k in keys if k not in NETWORK_KEYS] + ["kind"] + options)
-    return dict(settings, **(moved or {}))
+    return dict(settings)
 
 
 def check_step_cost(surrogate_step_cost):

@@ -62,6 +62,46 @@ def test_every_samplers_settings_after_the_target_are_keywords(name):
     assert not positional, f"{name}: {positional} may be given by position"
 
 
+# a setting's one meaning, wherever a sampler takes it: (its default, what it is)
+ONE_MEANING = {
+    "n_hidden": ("auto", "a surrogate's hidden units"),
+    "surrogate": (None, "an unfitted surrogate's specification (a dict or an unfitted object)"),
+    "target_accept": (None, "the acceptance the sampling kernel's step is adapted to"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(public_samplers()))
+def test_a_setting_has_one_meaning_in_every_sampler(name):
+    """``n_hidden`` is a surrogate's hidden units with default "auto", ``surrogate`` an
+    unfitted specification with default None (L2HMC's fitted surrogate is
+    ``fitted_surrogate``, its networks' width ``net_width``), ``target_accept`` a number."""
+    parameters = inspect.signature(public_samplers()[name].__init__).parameters
+    for setting, (default, meaning) in ONE_MEANING.items():
+        if setting not in parameters:
+            continue
+        if default is None and setting == "target_accept":
+            assert isinstance(parameters[setting].default, float), (name, setting, meaning)
+        else:
+            assert parameters[setting].default == default, (name, setting, meaning)
+    if name == "L2HMC":
+        assert {"net_width", "fitted_surrogate"} <= set(parameters)
+
+
+def test_target_accept_is_the_sampling_kernels_in_rns_hmc():
+    """RNS-HMC's ``target_accept`` is its sampling step size's target on the surrogate, also
+    when the exploration has its own (``explore=dict(target_accept=...)``): the sampling
+    kernel's acceptance on the surrogate follows it."""
+    model = correlated_gaussian(3)[0]
+    rates = {}
+    for target_accept in (0.6, 0.95):
+        res = rnshmc.RNSHMC(model, n_hidden=200, target_accept=target_accept,
+                            explore=dict(target_accept=0.8), trust=False).sample(
+            400, tune=200, chains=2, rng=rng_seed(2), progress=False)
+        rates[target_accept] = float(res.accept_prob.mean())
+        assert res.exploration_acceptance_rate.min() > 0.5
+    assert rates[0.95] > rates[0.6] + 0.1, rates
+
+
 def test_the_front_door_has_the_grammar_of_the_samplers():
     front = grammar(rnshmc.sample)
     assert front == FRONT_DOOR

@@ -27,7 +27,7 @@ def logistic():
 
 
 def trained_l2hmc(model):
-    l2 = rnshmc.L2HMC(model, n_steps=3, n_hidden=5, step_size=0.3)
+    l2 = rnshmc.L2HMC(model, n_steps=3, net_width=5, step_size=0.3)
     return l2.train(10, chains=10, rng=rng_seed(0), progress=False)
 
 
@@ -169,7 +169,7 @@ def test_bad_input_gives_a_clear_error(name):
     if name in ("RMHMC", "RNSRMHMC"):
         return  # (their metrics are the logistic model's; the NaN model has none)
     if name == "L2HMC":
-        nan_sampler = rnshmc.L2HMC(nan_model, n_steps=2, n_hidden=3).initialize(rng_seed(0))
+        nan_sampler = rnshmc.L2HMC(nan_model, n_steps=2, net_width=3).initialize(rng_seed(0))
     else:
         nan_sampler = make(nan_model)
     with pytest.raises(ValueError, match="not finite|non-finite|NaN"):

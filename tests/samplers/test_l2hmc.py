@@ -453,8 +453,8 @@ def test_sampler_bad_inputs():
     model = gaussian(2)
     with pytest.raises(ValueError, match="step_size"):
         rnshmc.L2HMC(model, step_size=-1.0)
-    with pytest.raises(ValueError, match="hidden"):
-        rnshmc.L2HMC(model, n_hidden=0)
+    with pytest.raises(ValueError, match="net_width"):
+        rnshmc.L2HMC(model, net_width=0)
     l2 = rnshmc.L2HMC(model).initialize(rng_seed(0))
     with pytest.raises(ValueError, match="chains"):
         l2.train(5, chains=0)
@@ -543,7 +543,7 @@ def test_l2hmc_on_a_surrogate_counts_one_exact_density_per_iteration(on_poor_sur
 
     l2.save(tmp_path / "weights.npz")
     far_off = Gaussian(mean + 40.0 * np.sqrt(np.diag(cov)), covariance=cov)
-    misled = rnshmc.L2HMC.load(tmp_path / "weights.npz", model, surrogate=far_off)
+    misled = rnshmc.L2HMC.load(tmp_path / "weights.npz", model, fitted_surrogate=far_off)
     with pytest.warns(RuntimeWarning, match="replaced by exact HMC from draw"):
         res = misled.sample(200, tune=50, chains=4, rng=rng_seed(1), init=mean, progress=False)
     assert res.fallback.all()
@@ -574,7 +574,7 @@ def test_training_on_the_surrogate_evaluates_no_model():
 def test_surrogate_of_another_dimension_is_refused():
     import rnshmc
     with pytest.raises(ValueError, match="surrogate"):
-        rnshmc.L2HMC(gaussian(2), surrogate=gaussian(3))
+        rnshmc.L2HMC(gaussian(2), fitted_surrogate=gaussian(3))
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -584,7 +584,7 @@ def test_standardised_chain_is_exact_and_reports_samples_in_x(seed):
     import rnshmc
     cov = np.array([[100.0, 0.5], [0.5, 0.01]])
     model = Gaussian(np.array([50.0, -3.0]), covariance=cov)
-    l2 = rnshmc.L2HMC(model, n_steps=5, n_hidden=6, step_size=0.3,
+    l2 = rnshmc.L2HMC(model, n_steps=5, net_width=6, step_size=0.3,
                       standardize=(np.array([45.0, -3.1]), np.array([8.0, 0.12]))).initialize(seed)
     l2.parameters[1:] += 0.2 * np.random.default_rng(seed).standard_normal(l2.parameters.size - 1)
     res = l2.sample(10000, tune=200, chains=2, rng=seed, init=model.mean, progress=False)
@@ -614,13 +614,15 @@ def test_thread_and_process_pools_give_the_serial_draws(on_poor_surrogate):
 
 
 def test_earlier_names_are_refused_naming_the_new_spelling():
-    """L2HMC's earlier names: ``hidden`` (now ``n_hidden``) and the constructor's ``rng`` (now
-    ``initialize(rng)``, or ``train(rng=...)``'s) raise a TypeError naming the new spelling."""
+    """L2HMC's earlier names: ``hidden`` and ``n_hidden`` (now ``net_width``), ``surrogate``
+    (now ``fitted_surrogate``) and the constructor's ``rng`` (now ``initialize(rng)``, or
+    ``train(rng=...)``'s) raise a TypeError naming the new spelling."""
     import rnshmc
     model = gaussian(3)
     check_renamed(lambda **kw: rnshmc.L2HMC(model, n_steps=3, step_size=0.3, **kw),
-                  dict(hidden=5, rng=rng_seed(4)),
-                  {"hidden": "n_hidden=",
+                  dict(hidden=5, n_hidden=5, surrogate=gaussian(3), rng=rng_seed(4)),
+                  {"hidden": "net_width=", "n_hidden": "net_width=",
+                   "surrogate": "fitted_surrogate=",
                    "rng": "L2HMC(...).initialize(rng) (the same weights), or let "
                           "train(rng=...) draw them"})
 

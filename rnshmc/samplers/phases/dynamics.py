@@ -452,16 +452,14 @@ def warn_about_surrogate(name, trust, result, reference, reference_is,
         warn_if_acceptance_collapsed(name, result.accepted, reference, reference_is, advice)
 
 
-def trust_watch(trust, moved=None, reference="exploration", **defaults):
+def trust_watch(trust, reference="exploration", **defaults):
     """The :class:`TrustWatch` of a sampler's ``trust`` argument (True or None: the defaults;
     False: None, no watch; a dict: its ``TRUST_KEYS``), with the sampler's own ``defaults``
-    and ``reference`` under it (``moved``: settings given by earlier keyword names, over
-    it)."""
-    moved = moved or {}
-    if trust is False or ("ratio" in moved and moved["ratio"] is None):
+    and ``reference`` under it."""
+    if trust is False:
         return None
     given = {} if trust is True or trust is None else check_group(trust, "trust", TRUST_KEYS)
-    return TrustWatch(**{**defaults, **given, **moved}, reference=reference)
+    return TrustWatch(**{**defaults, **given}, reference=reference)
 
 
 def warn_about_trust_events(name, trust, result, exact=None):

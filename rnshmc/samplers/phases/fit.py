@@ -104,10 +104,7 @@ class SurrogateSettings:
         rank-one terms: with fewer units it cannot match even a Gaussian's). A sparse GP: its
         inducing points. A full GP: None (one per training point)."""
         if self.kind == "random_network":
-            if self.n_hidden != "auto":
-                return self.n_hidden
-            quadratic = 0.75 * dim * (dim + 1)
-            return int(min(4000, max(1000, 100 * math.ceil(quadratic / 100))))
+            return auto_hidden_units(dim) if self.n_hidden == "auto" else self.n_hidden
         if not self.options.get("sparse", False):
             return None
         if self.n_hidden != "auto":
@@ -153,6 +150,13 @@ class SurrogateSettings:
         if units is None:
             return math.nan
         return gradient_flops(dim, units, self.whiten) / density_flops
+
+
+def auto_hidden_units(dim):
+    """A random network's hidden units for a ``dim``-dimensional target with
+    ``n_hidden="auto"`` (see :meth:`SurrogateSettings.hidden_units`)."""
+    quadratic = 0.75 * dim * (dim + 1)
+    return int(min(4000, max(1000, 100 * math.ceil(quadratic / 100))))
 
 
 @dataclasses.dataclass
@@ -355,13 +359,15 @@ class ExplorationKernel:
     variance, shrunk as Stan's, and the step size is adapted to it on the surrogate alone
     (:func:`surrogate_pilot`: no exact evaluation). A short exploration's own estimate is
     one chain's few states (none at all under 150 iterations: Stan's warm-up has no slow
-    window there), so the chains would sample with the identity.
+    window there), so the chains would sample with the identity. The pilot adapts the step
+    size to ``target_accept`` (None: the exploration's).
     """
 
-    def __init__(self, n_steps="auto", step_size=None, leapfrog=None):
+    def __init__(self, n_steps="auto", step_size=None, leapfrog=None, target_accept=None):
         self.n_steps = n_steps
         self.step_size = step_size  # the sampling's, if given (float or one per chain)
         self.leapfrog = leapfrog    # the exploration's (None: keep its kernel)
+        self.target_accept = target_accept
 
     def __call__(self, run, fit, fit_state):
         state = run.state
@@ -378,7 +384,8 @@ class ExplorationKernel:
                 state.outputs[fit.exploration.name]["samples"][fit.exploration.window(state)]),
                 np.diag(covariance).copy())
             step_size, _ = surrogate_pilot(run, fit, self.leapfrog, None,
-                                           self.leapfrog.n_steps, PILOT_ITERATIONS)
+                                           self.leapfrog.n_steps, PILOT_ITERATIONS,
+                                           self.target_accept)
             state.kernel = dict(state.kernel, step_size=step_size)
         fit_state.surrogate_n_steps = (fit.choose_n_steps(run) if self.n_steps == "auto"
                                        else self.n_steps)
@@ -392,20 +399,22 @@ class ExplorationKernel:
 PILOT_ITERATIONS, PILOT_CHECK = 300, 100
 
 
-def surrogate_pilot(run, fit, leapfrog, step_size, n_steps, n_iter):
+def surrogate_pilot(run, fit, leapfrog, step_size, n_steps, n_iter, target_accept=None):
     """(step size, mean acceptance probability) of ``n_iter`` trajectories of HMC on the
     surrogate alone (no exact evaluation), each from a training-window state drawn at random,
     so that it cannot drift where the surrogate is wrong; with ``step_size`` None it is
-    adapted by dual averaging to ``leapfrog.target_accept``."""
+    adapted by dual averaging to ``target_accept`` (None: ``leapfrog.target_accept``)."""
     state, generator = run.state, run.generator
+    if target_accept is None:
+        target_accept = leapfrog.target_accept
     chain = euclidean_chain(fit.surrogate(state)._ctarget, state, leapfrog.max_energy_error)
     starts = state.outputs[fit.exploration.name]["samples"][fit.exploration.window(state)]
     picks = generator.integers(len(starts), size=n_iter)
     chain.set_position(starts[picks[0]])
     adapt = step_size is None
     if adapt:
-        step_size = initial_step_size(chain, generator, target_accept=leapfrog.target_accept)
-        chain.restart_step_size_adaptation(step_size, leapfrog.target_accept)
+        step_size = initial_step_size(chain, generator, target_accept=target_accept)
+        chain.restart_step_size_adaptation(step_size, target_accept)
     else:
         chain.step_size = step_size
     samples, records = np.empty((1, state.dim)), np.empty(n_iter, TRANSITION)
