@@ -174,3 +174,38 @@ def test_the_phase_rooms_check_sees_a_room_out_of_order():
     imports["fit"] = {"base", "dynamics"}
     imports["online"] = {"riemannian"}
     assert rooms_out_of_order(imports) == [("fit", "dynamics"), ("online", "riemannian")]
+
+
+def chunk_runners(root):
+    """The modules under ``root/samplers`` but the runner that run chunks of the C loop
+    (``run_chunks``) or define an ``iterate`` of their own."""
+    found = set()
+    for path in sorted((root / "samplers").rglob("*.py")):
+        if path.name == "_runner.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Attribute) and node.attr == "run_chunks") or (
+                    isinstance(node, ast.FunctionDef) and node.name == "iterate"):
+                found.add(module_name(path, root))
+    return found
+
+
+def test_only_the_runner_runs_chunks():
+    """A phase says where its segments stop and what happens after one; the runner alone runs
+    them (docs/architecture.md, the phases' rooms)."""
+    assert not chunk_runners(ROOT)
+
+
+def test_the_chunk_check_sees_a_phase_that_iterates(tmp_path):
+    (tmp_path / "rnshmc" / "samplers" / "phases").mkdir(parents=True)
+    (tmp_path / "rnshmc" / "samplers" / "phases" / "dynamics.py").write_text(
+        "class P:\n    def iterate(self, run, chain, budget):\n"
+        "        return run.run_chunks(self, chain, budget)\n")
+    assert chunk_runners(tmp_path / "rnshmc") == {"rnshmc.samplers.phases.dynamics"}
+
+
+@pytest.mark.parametrize("room", PHASE_ROOMS)
+def test_every_phase_room_says_what_it_owns(room):
+    path = ROOT / "samplers" / "phases" / f"{room}.py"
+    docstring = ast.get_docstring(ast.parse(path.read_text()))
+    assert docstring and len(docstring.split()) >= 30, room
