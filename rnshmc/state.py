@@ -16,6 +16,7 @@ import json
 
 import numpy as np
 
+from ._kernels._chain import TRANSITION
 from .results import SampleResult, load as _load_tree
 
 __all__ = ["ChainState", "PartState", "generator_to_json", "generator_from_json"]
@@ -250,6 +251,9 @@ class ChainState:
         fields = dict(fields)
         fields["parts"] = {name: PartState.restore(tree)
                            for name, tree in (fields.get("parts") or {}).items()}
+        fields["outputs"] = {phase: {key: (current_records(value) if key == "records" else value)
+                                     for key, value in dict(outputs).items()}
+                             for phase, outputs in (fields.get("outputs") or {}).items()}
         return cls(**fields)
 
     def save(self, path):
@@ -289,3 +293,19 @@ def _copy_tree(value):
     if isinstance(value, (list, tuple)):
         return type(value)(_copy_tree(v) for v in value)
     return value
+
+
+def current_records(records):
+    """Transition records in today's layout (``TRANSITION``): a state saved before a field was
+    added (NUTS's ``tree_depth``) continues with the field 0 for its earlier transitions."""
+    records = np.asarray(records)
+    if records.dtype == TRANSITION or records.dtype.names is None:
+        return records
+    missing = set(TRANSITION.names) - set(records.dtype.names)
+    if missing - {"tree_depth"} or set(records.dtype.names) - set(TRANSITION.names):
+        raise ValueError(f"transition records with fields {records.dtype.names}: not a layout "
+                         "of this version's or an earlier one")
+    upgraded = np.zeros(records.shape, TRANSITION)
+    for name in records.dtype.names:
+        upgraded[name] = records[name]
+    return upgraded

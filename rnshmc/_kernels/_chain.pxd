@@ -16,6 +16,7 @@ cdef struct Transition:
     double step_size         # the step size used
     int64_t n_steps          # integrator steps taken
     int64_t solver_iterations
+    int64_t tree_depth       # NUTS: the depth of the trajectory's tree (0 for other chains)
     unsigned char accepted
     unsigned char diverging
     unsigned char solver_failed

@@ -26,8 +26,8 @@ SIGNAL_CHECK_SECONDS = 0.005
 
 TRANSITION = np.dtype([
     ("log_density", "f8"), ("accept_prob", "f8"), ("energy", "f8"), ("step_size", "f8"),
-    ("n_steps", "i8"), ("solver_iterations", "i8"), ("accepted", "u1"), ("diverging", "u1"),
-    ("solver_failed", "u1")], align=True)
+    ("n_steps", "i8"), ("solver_iterations", "i8"), ("tree_depth", "i8"), ("accepted", "u1"),
+    ("diverging", "u1"), ("solver_failed", "u1")], align=True)
 
 
 class NonFiniteStart(ValueError):

@@ -249,6 +249,7 @@ cdef class MetropolisChain(BaseChain):
         record.diverging = diverged
         record.n_steps = 1
         record.solver_iterations = 0
+        record.tree_depth = 0
         record.solver_failed = 0
         return 0
 

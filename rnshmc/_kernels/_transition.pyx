@@ -35,10 +35,11 @@ transition and its state.
 """
 from libc.math cimport exp, log, pow, sqrt, isfinite, INFINITY, NAN
 from libc.stdint cimport int64_t
-from libc.string cimport memcpy
+from libc.string cimport memcpy, memset
 
 import numpy as np
 
+from ._blas cimport _axpy, _dot
 from ._chain cimport BaseChain, RunSettings, Transition
 from ._chain import NonFiniteStart
 from ._integrators cimport Integrator, Leapfrog, TrajectoryInfo, widen_bound
@@ -444,6 +445,7 @@ cdef class Chain(BaseChain):
         record.diverging = diverged
         record.solver_failed = failed
         record.solver_iterations = info.iterations
+        record.tree_depth = 0
         record.accept_prob = prob
         record.step_size = self.step_size
         record.n_steps = info.n_steps
@@ -570,3 +572,290 @@ cdef class Chain(BaseChain):
         self.n_density_evals, self.n_gradient_evals = counts
         return result
 
+
+
+# ---------------------------------------------------------------------------------------------
+# the No-U-Turn Sampler
+
+# the tree's points, each a row of (q, p, grad U, U): the point the integrator moves, the
+# trajectory's two ends, the sample, the subtree's proposal, then one proposal per tree level
+cdef enum NUTSPoint:
+    Z_NOW = 0
+    Z_FORWARD = 1
+    Z_BACKWARD = 2
+    Z_SAMPLE = 3
+    Z_PROPOSE = 4
+    Z_LEVELS = 5
+# the vectors of the top of the tree: the sharp momenta (M^-1 p) and momenta at the inner and
+# outer ends of the forward and backward subtrees, the momentum sums
+cdef enum NUTSVector:
+    PS_FWD_BCK = 0
+    PS_FWD_FWD = 1
+    PS_BCK_FWD = 2
+    PS_BCK_BCK = 3
+    P_FWD_BCK = 4
+    P_FWD_FWD = 5
+    P_BCK_FWD = 6
+    P_BCK_BCK = 7
+    RHO = 8
+    RHO_FWD = 9
+    RHO_BCK = 10
+    RHO_EXTENDED = 11
+    TOP_VECTORS = 12
+# and those of each level of the recursion: the initial subtree's end, the final subtree's
+# beginning, their momentum sums
+cdef enum NUTSLevelVector:
+    PS_INIT_END = 0
+    P_INIT_END = 1
+    RHO_INIT = 2
+    PS_FINAL_BEG = 3
+    P_FINAL_BEG = 4
+    RHO_FINAL = 5
+    RHO_SUBTREE = 6
+    RHO_LEVEL_EXTENDED = 7
+    LEVEL_VECTORS = 8
+
+
+cdef inline double log_sum_exp(double a, double b) noexcept nogil:
+    if a == -INFINITY:
+        return b
+    if b == -INFINITY:
+        return a
+    if a > b:
+        return a + log(1.0 + exp(b - a))
+    return b + log(1.0 + exp(a - b))
+
+
+cdef class NUTSChain(Chain):
+    """The No-U-Turn Sampler as Stan runs it (internal; the NUTS sampler builds it): a
+    trajectory doubled in a random direction until its ends turn back on each other (the
+    generalized criterion on the sharp momenta M^-1 p, across the merged subtrees too) or
+    ``max_tree_depth`` doublings, the draw chosen from it by multinomial sampling (biased
+    progressive between subtrees, uniform within them), a divergence where a point's energy
+    exceeds the start's by ``max_energy_error``. See ``docs/algorithms.md`` (NUTS).
+
+    The dynamics and the test target are one (exact NUTS). Each transition's record holds the
+    tree depth, the leapfrog steps, the energy of the draw and Stan's acceptance statistic
+    (the mean over the tree's points of min(1, exp(H0 - H))), which the step size's dual
+    averaging follows. ``accepted`` says whether the draw is not the starting point.
+    """
+    cdef readonly int max_tree_depth
+    cdef object _points
+    cdef object _vectors
+    cdef double* points
+    cdef double* vectors
+    cdef Py_ssize_t point_size
+    cdef double sum_metro_prob
+    cdef bint divergent
+
+    def __init__(self, CTarget target, Metric metric=None, Integrator integrator=None,
+                 double max_energy_error=1000.0, int max_tree_depth=10):
+        if not isinstance(integrator, Leapfrog):
+            raise TypeError("NUTS runs the leapfrog")
+        if max_tree_depth < 1:
+            raise ValueError(f"max_tree_depth must be at least 1, got {max_tree_depth}")
+        Chain.__init__(self, target, None, metric, integrator, max_energy_error)
+        self.max_tree_depth = max_tree_depth
+        self.point_size = 3 * self.dim + 1
+        self._points = np.zeros((Z_LEVELS + max_tree_depth, self.point_size))
+        self._vectors = np.zeros((TOP_VECTORS + LEVEL_VECTORS * (max_tree_depth + 1), self.dim))
+        cdef double[:, ::1] pts = self._points
+        cdef double[:, ::1] vec = self._vectors
+        self.points, self.vectors = &pts[0, 0], &vec[0, 0]
+
+    cdef inline double* point(self, Py_ssize_t k) noexcept nogil:
+        return self.points + k * self.point_size
+
+    cdef inline double* top(self, Py_ssize_t k) noexcept nogil:
+        return self.vectors + k * self.dim
+
+    cdef inline double* level(self, int depth, Py_ssize_t k) noexcept nogil:
+        return self.vectors + (TOP_VECTORS + LEVEL_VECTORS * depth + k) * self.dim
+
+    cdef inline void copy_point(self, Py_ssize_t source, Py_ssize_t target) noexcept nogil:
+        memcpy(self.point(target), self.point(source), self.point_size * sizeof(double))
+
+    cdef inline void copy_vector(self, const double* source, double* target) noexcept nogil:
+        memcpy(target, source, self.dim * sizeof(double))
+
+    cdef inline void add_vectors(self, const double* a, const double* b,
+                                 double* out) noexcept nogil:
+        cdef Py_ssize_t i
+        for i in range(self.dim):
+            out[i] = a[i] + b[i]
+
+    cdef inline bint no_u_turn(self, const double* p_sharp_minus, const double* p_sharp_plus,
+                               const double* rho) noexcept nogil:
+        """Stan's generalized criterion: the momentum sum still points along both ends."""
+        cdef int n = <int> self.dim
+        return _dot(n, p_sharp_plus, 1, rho, 1) > 0.0 and _dot(n, p_sharp_minus, 1, rho, 1) > 0.0
+
+    cdef int build_tree(self, bitgen_t* bitgen, int depth, Py_ssize_t propose,
+                        double* p_sharp_beg, double* p_sharp_end, double* rho, double* p_beg,
+                        double* p_end, double H0, double sign, Py_ssize_t* n_leapfrog,
+                        double* log_sum_weight) except -1 nogil:
+        """A subtree of 2^depth leapfrog steps from Z_NOW in direction ``sign``: its proposal
+        into point ``propose``, its weight added to ``log_sum_weight``, its ends' momenta and
+        its momentum sum added to ``rho``. Returns 1 if it is valid (no divergence, no U-turn
+        inside it), else 0."""
+        cdef double* z = self.point(Z_NOW)
+        cdef Py_ssize_t d = self.dim
+        cdef double U, kinetic, h, log_weight_init, log_weight_final, log_weight_subtree
+        cdef TrajectoryInfo info
+        cdef int valid
+        cdef bint persist
+        if depth == 0:
+            self.integrator.energy_limit = INFINITY
+            self.integrator.bound = self.bound if self.bounded else NULL
+            self.integrator.run(self.dynamics, self.metric, self.scratch, z, z + d, z + 2 * d,
+                                self.v, sign * self.step_size, 1, True, &U, &kinetic, &info)
+            self.n_gradient_evals += info.n_gradients
+            self.n_density_evals += info.n_gradients
+            n_leapfrog[0] += 1
+            z[3 * d] = U
+            h = U + kinetic
+            if h != h:
+                h = INFINITY
+            if h - H0 > self.max_energy_error:
+                self.divergent = True
+            log_sum_weight[0] = log_sum_exp(log_sum_weight[0], H0 - h)
+            self.sum_metro_prob += 1.0 if H0 - h > 0.0 else exp(H0 - h)
+            self.copy_point(Z_NOW, propose)
+            # (self.v holds M^-1 p at the new point: the leapfrog's last kinetic energy)
+            self.copy_vector(self.v, p_sharp_beg)
+            self.copy_vector(self.v, p_sharp_end)
+            _axpy(<int> d, 1.0, z + d, 1, rho, 1)
+            self.copy_vector(z + d, p_beg)
+            self.copy_vector(z + d, p_end)
+            return 0 if self.divergent else 1
+        # the initial subtree, then the final one
+        cdef double* ps_init_end = self.level(depth, PS_INIT_END)
+        cdef double* p_init_end = self.level(depth, P_INIT_END)
+        cdef double* rho_init = self.level(depth, RHO_INIT)
+        cdef double* ps_final_beg = self.level(depth, PS_FINAL_BEG)
+        cdef double* p_final_beg = self.level(depth, P_FINAL_BEG)
+        cdef double* rho_final = self.level(depth, RHO_FINAL)
+        cdef double* rho_subtree = self.level(depth, RHO_SUBTREE)
+        cdef double* rho_extended = self.level(depth, RHO_LEVEL_EXTENDED)
+        cdef Py_ssize_t propose_final = Z_LEVELS + depth - 1
+        memset(rho_init, 0, d * sizeof(double))
+        log_weight_init = -INFINITY
+        valid = self.build_tree(bitgen, depth - 1, propose, p_sharp_beg, ps_init_end, rho_init,
+                                p_beg, p_init_end, H0, sign, n_leapfrog, &log_weight_init)
+        if not valid:
+            return 0
+        memset(rho_final, 0, d * sizeof(double))
+        log_weight_final = -INFINITY
+        valid = self.build_tree(bitgen, depth - 1, propose_final, ps_final_beg, p_sharp_end,
+                                rho_final, p_final_beg, p_end, H0, sign, n_leapfrog,
+                                &log_weight_final)
+        if not valid:
+            return 0
+        # uniform within the subtree: the final half's proposal with its share of the weight
+        log_weight_subtree = log_sum_exp(log_weight_init, log_weight_final)
+        log_sum_weight[0] = log_sum_exp(log_sum_weight[0], log_weight_subtree)
+        if log_weight_final > log_weight_subtree:
+            self.copy_point(propose_final, propose)
+        elif random_standard_uniform(bitgen) < exp(log_weight_final - log_weight_subtree):
+            self.copy_point(propose_final, propose)
+        self.add_vectors(rho_init, rho_final, rho_subtree)
+        _axpy(<int> d, 1.0, rho_subtree, 1, rho, 1)
+        persist = self.no_u_turn(p_sharp_beg, p_sharp_end, rho_subtree)
+        # and across the merged halves (Stan's extra checks)
+        self.add_vectors(rho_init, p_final_beg, rho_extended)
+        persist = persist and self.no_u_turn(p_sharp_beg, ps_final_beg, rho_extended)
+        self.add_vectors(rho_final, p_init_end, rho_extended)
+        persist = persist and self.no_u_turn(ps_init_end, p_sharp_end, rho_extended)
+        return 1 if persist else 0
+
+    cdef int transition(self, bitgen_t* bitgen, const RunSettings* settings,
+                        Transition* record) except -1 nogil:
+        cdef Py_ssize_t d = self.dim
+        cdef double* z = self.point(Z_NOW)
+        cdef double* sample
+        cdef double H0, log_sum_weight, log_weight_subtree
+        cdef Py_ssize_t n_leapfrog = 0, k
+        cdef int depth = 0, valid
+        cdef bint persist, moved = False
+        # the start: the chain's state and a fresh momentum
+        memcpy(z, self.q, d * sizeof(double))
+        memcpy(z + 2 * d, self.grad, d * sizeof(double))
+        z[3 * d] = self.U_test
+        self.metric.draw_momentum(bitgen, z + d)
+        H0 = self.U_test + self.metric.kinetic(z + d, self.v)
+        self.copy_point(Z_NOW, Z_FORWARD)
+        self.copy_point(Z_NOW, Z_BACKWARD)
+        self.copy_point(Z_NOW, Z_SAMPLE)
+        for k in range(PS_FWD_BCK, PS_BCK_BCK + 1):  # (the sharp momenta, M^-1 p)
+            self.copy_vector(self.v, self.top(k))
+        for k in range(P_FWD_BCK, RHO + 1):  # (the momenta and their sum)
+            self.copy_vector(z + d, self.top(k))
+        log_sum_weight = 0.0  # the start's weight, exp(H0 - H0)
+        self.sum_metro_prob = 0.0
+        self.divergent = False
+        while depth < self.max_tree_depth:
+            memset(self.top(RHO_FWD), 0, d * sizeof(double))
+            memset(self.top(RHO_BCK), 0, d * sizeof(double))
+            log_weight_subtree = -INFINITY
+            if random_standard_uniform(bitgen) > 0.5:
+                self.copy_point(Z_FORWARD, Z_NOW)
+                self.copy_vector(self.top(RHO), self.top(RHO_BCK))
+                self.copy_vector(self.top(P_FWD_BCK), self.top(P_BCK_FWD))
+                self.copy_vector(self.top(PS_FWD_BCK), self.top(PS_BCK_FWD))
+                valid = self.build_tree(bitgen, depth, Z_PROPOSE, self.top(PS_FWD_BCK),
+                                        self.top(PS_FWD_FWD), self.top(RHO_FWD),
+                                        self.top(P_FWD_BCK), self.top(P_FWD_FWD), H0, 1.0,
+                                        &n_leapfrog, &log_weight_subtree)
+                self.copy_point(Z_NOW, Z_FORWARD)
+            else:
+                self.copy_point(Z_BACKWARD, Z_NOW)
+                self.copy_vector(self.top(RHO), self.top(RHO_FWD))
+                self.copy_vector(self.top(P_BCK_FWD), self.top(P_FWD_BCK))
+                self.copy_vector(self.top(PS_BCK_FWD), self.top(PS_FWD_BCK))
+                valid = self.build_tree(bitgen, depth, Z_PROPOSE, self.top(PS_BCK_FWD),
+                                        self.top(PS_BCK_BCK), self.top(RHO_BCK),
+                                        self.top(P_BCK_FWD), self.top(P_BCK_BCK), H0, -1.0,
+                                        &n_leapfrog, &log_weight_subtree)
+                self.copy_point(Z_NOW, Z_BACKWARD)
+            if not valid:
+                break
+            depth += 1
+            # biased progressive sampling between the old tree and the new subtree
+            if log_weight_subtree > log_sum_weight:
+                self.copy_point(Z_PROPOSE, Z_SAMPLE)
+                moved = True
+            elif random_standard_uniform(bitgen) < exp(log_weight_subtree - log_sum_weight):
+                self.copy_point(Z_PROPOSE, Z_SAMPLE)
+                moved = True
+            log_sum_weight = log_sum_exp(log_sum_weight, log_weight_subtree)
+            self.add_vectors(self.top(RHO_BCK), self.top(RHO_FWD), self.top(RHO))
+            persist = self.no_u_turn(self.top(PS_BCK_BCK), self.top(PS_FWD_FWD), self.top(RHO))
+            self.add_vectors(self.top(RHO_BCK), self.top(P_FWD_BCK), self.top(RHO_EXTENDED))
+            persist = persist and self.no_u_turn(self.top(PS_BCK_BCK), self.top(PS_FWD_BCK),
+                                                 self.top(RHO_EXTENDED))
+            self.add_vectors(self.top(RHO_FWD), self.top(P_BCK_FWD), self.top(RHO_EXTENDED))
+            persist = persist and self.no_u_turn(self.top(PS_BCK_FWD), self.top(PS_FWD_FWD),
+                                                 self.top(RHO_EXTENDED))
+            if not persist:
+                break
+        sample = self.point(Z_SAMPLE)
+        memcpy(self.q, sample, d * sizeof(double))
+        memcpy(self.grad, sample + 2 * d, d * sizeof(double))
+        self.U_dyn = self.U_test = sample[3 * d]
+        memcpy(self.q_new, sample, d * sizeof(double))
+        self.U_proposal = NAN
+        record.accept_prob = self.sum_metro_prob / n_leapfrog if n_leapfrog else 0.0
+        record.energy = sample[3 * d] + self.metric.kinetic(sample + d, self.v)
+        record.step_size = self.step_size
+        record.n_steps = n_leapfrog
+        record.solver_iterations = 0
+        record.tree_depth = depth
+        record.accepted = moved
+        record.diverging = self.divergent
+        record.solver_failed = False
+        record.log_density = -self.U_test
+        if settings.adapt_step_size:
+            self.step_size = dual_averaging_update(&self.da, record.accept_prob)
+        if settings.accumulate_variance:
+            self.add_to_variance()
+        return 0

@@ -242,3 +242,29 @@ def test_exploration_without_accepted_moves_says_so():
     with pytest.raises(RuntimeError, match="accepted no move"):
         rnshmc.RNSHMC(target, n_hidden=10, step_size=5.0, explore=dict(n_steps=3)).sample(
             50, tune=50, rng=rng_seed(0), progress=False)
+
+
+def test_a_state_saved_before_the_records_had_tree_depth_continues_as_the_uninterrupted_run(
+        tmp_path):
+    """Transition records gained NUTS's ``tree_depth``: a state whose records lack it (saved
+    before) loads with the field 0 for its earlier transitions, and its chain continues to the
+    uninterrupted draws."""
+    from rnshmc._kernels._chain import TRANSITION
+    sampler = rnshmc.HMC(correlated_gaussian(), n_steps=5)
+    kwargs = dict(draws=200, tune=100, chains=1, rng=rng_seed(2))
+    expected = sampler.sample(progress=False, **kwargs)
+    state = sampler.run_states(sampler.init_states(**kwargs), progress=False, stop_after=150)[0]
+    old = np.dtype([(name, TRANSITION.fields[name][0]) for name in TRANSITION.names
+                    if name != "tree_depth"])
+    for outputs in state.outputs.values():
+        if "records" in outputs:
+            records = np.zeros(len(outputs["records"]), old)
+            for name in old.names:
+                records[name] = outputs["records"][name]
+            outputs["records"] = records
+    state.save(tmp_path / "old.npz")
+    loaded = ChainState.load(tmp_path / "old.npz")
+    assert loaded.outputs["sampling"]["records"].dtype == TRANSITION
+    assert not loaded.outputs["sampling"]["records"]["tree_depth"].any()
+    result = sampler.result(sampler.run_states([loaded], progress=False))
+    np.testing.assert_array_equal(result.samples[0], expected.samples[0])
