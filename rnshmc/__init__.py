@@ -11,7 +11,7 @@ from . import datasets, diagnostics, fem, models
 from .state import ChainState
 from .results import SampleResult, load
 from .samplers.checkpoint import resume
-from .samplers import (ARNSHMC, HMC, L2HMC, RMHMC, RNSHMC, RNSRMHMC, AdaptiveMetropolis,
+from .samplers import (ARNSHMC, HMC, L2HMC, NUTS, RMHMC, RNSHMC, RNSRMHMC, AdaptiveMetropolis,
                        GradientFreeRNSHMC)
 from .serve import serve_surrogate
 from .surrogate import RandomNetworkSurrogate
@@ -21,7 +21,7 @@ from .auto import sample
 from .versions import __version__, show_versions
 
 
-__all__ = ["sample", "HMC", "RNSHMC", "ARNSHMC", "RMHMC", "RNSRMHMC", "L2HMC", "GradientFreeRNSHMC",
+__all__ = ["sample", "HMC", "NUTS", "RNSHMC", "ARNSHMC", "RMHMC", "RNSRMHMC", "L2HMC", "GradientFreeRNSHMC",
            "AdaptiveMetropolis", "RandomNetworkSurrogate", "GaussianProcessSurrogate", "serve_surrogate", "Target", "SampleResult", "load", "ChainState", "resume",
            "models", "datasets", "diagnostics", "fem", "show_versions",
            "__version__"]

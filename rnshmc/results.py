@@ -242,8 +242,8 @@ class SampleResult(dict):
         ``(chain, draw, q_dim_0)``.  ``sample_stats`` holds those of ``lp``
         (from `log_density`), ``acceptance_rate`` (from `accept_prob`),
         ``diverging``, ``energy``, ``step_size`` (repeated for each draw),
-        ``n_steps``, and for the Riemannian samplers ``solver_iterations`` and
-        ``implicit_failed``, that are present in the result.
+        ``n_steps``, for NUTS ``tree_depth``, and for the Riemannian samplers
+        ``solver_iterations`` and ``implicit_failed``, that are present in the result.
 
         Returns
         -------
@@ -273,6 +273,7 @@ class SampleResult(dict):
             ("energy", "energy"),
             ("n_steps", "n_steps"),
             ("solver_iterations", "solver_iterations"),
+            ("tree_depth", "tree_depth"),
             ("implicit_failed", "implicit_failed"),
         ]:
             if ours in self:

@@ -34,6 +34,7 @@ def trained_l2hmc(model):
 # name -> (model, sampler of a model, sample() lengths): every sampler, small and fast
 SAMPLERS = {
     "HMC": (gaussian, lambda m: rnshmc.HMC(m, n_steps=3), dict(draws=60, tune=60)),
+    "NUTS": (gaussian, lambda m: rnshmc.NUTS(m, max_tree_depth=5), dict(draws=60, tune=60)),
     "RMHMC": (logistic, lambda m: rnshmc.RMHMC(m, metric="fisher", n_steps=2),
               dict(draws=40, tune=40)),
     "RNSHMC": (gaussian, lambda m: rnshmc.RNSHMC(m, n_hidden=30), dict(draws=80, tune=60)),

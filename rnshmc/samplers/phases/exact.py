@@ -1,8 +1,9 @@
-"""Exact phases: HMC with the leapfrog and adaptive Metropolis, and the warm-up of an exact
-chain.
+"""Exact phases: HMC with the leapfrog, NUTS and adaptive Metropolis, and the warm-up of an
+exact chain.
 
 :class:`HMCPhase` runs exact HMC on the sampler's target (warm-up, burn-in, sampling, RMHMC's
-approach); :class:`MetropolisPhase` adaptive Metropolis, whose adaptation runs inside its C
+approach), :class:`NUTSPhase` the No-U-Turn Sampler (``docs/algorithms.md`` section 13);
+:class:`MetropolisPhase` adaptive Metropolis, whose adaptation runs inside its C
 chain. The warm-up objects own the adaptation hooks the runner calls (after Stan's
 ``base_adapter``): :class:`StepSizeWarmup`, dual averaging of the step size from Stan's
 heuristic start, the one step-size warm-up of every phase that adapts one (exact HMC, RMHMC,
@@ -14,7 +15,10 @@ import dataclasses
 
 import numpy as np
 
+from ..._kernels._integrators import Leapfrog
+from ..._kernels._metrics import EuclideanMetric
 from ..._kernels._metropolis import MetropolisChain
+from ..._kernels._transition import NUTSChain
 from ...adaptation import (WarmupSchedule, initial_step_size, regularized_variance,
                            terminal_buffer)
 from ...state import PartState
@@ -151,6 +155,36 @@ class MetropolisPhase(Phase):
         return MetropolisChain(run.target, np.eye(state.dim), 2.38 / np.sqrt(state.dim),
                                adapt=n_adapt > 0, n_adapt=n_adapt, window_ends=ends,
                                target_accept=self.target_accept)
+
+
+class NUTSPhase(HMCPhase):
+    """Exact NUTS (``docs/algorithms.md`` section 13): trees of at most ``max_tree_depth``
+    doublings of the leapfrog with the chain's step size and mass matrix; with ``adapt``,
+    Stan's warm-up (:class:`WindowedWarmup`), whose dual averaging follows NUTS's acceptance
+    statistic.
+
+    Parameters
+    ----------
+    name : str
+    leapfrog : LeapfrogSettings
+        The step size, mass matrix, their adaptation, target_accept and max_energy_error
+        (its steps and jitter are not used: a tree sets its own length).
+    max_tree_depth : int
+    adapt : bool
+    keep : tuple of str
+    """
+
+    def __init__(self, name, leapfrog, max_tree_depth, adapt=False, keep=()):
+        super().__init__(name, leapfrog, adapt, keep)
+        self.max_tree_depth = max_tree_depth
+
+    def trajectory(self, run):
+        return 1, False  # (one tree per transition)
+
+    def make_chain(self, run):
+        return NUTSChain(run.target, EuclideanMetric(run.state.dim, run.state.inverse_mass),
+                         Leapfrog(), max_energy_error=self.leapfrog.max_energy_error,
+                         max_tree_depth=self.max_tree_depth)
 
 
 @dataclasses.dataclass

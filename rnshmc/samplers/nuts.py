@@ -1,0 +1,96 @@
+"""The No-U-Turn Sampler (Hoffman and Gelman 2014, as Stan runs it) with Stan-style warm-up."""
+import warnings
+
+import numpy as np
+
+from ..validation import check_integer, user_stacklevel
+from ._base import Sampler, warn_unadapted
+from .phases.base import LeapfrogSettings, Phase, by_name
+from .phases.exact import NUTSPhase
+
+__all__ = ["NUTS"]
+
+# the share of draws at the largest tree depth above which a run is warned about
+SATURATION_WARNING = 0.01
+
+
+class NUTS(Sampler):
+    """The No-U-Turn Sampler: HMC whose trajectory doubles until it turns back on itself,
+    the draw taken from the whole trajectory by multinomial sampling (Stan's algorithm: the
+    generalized no-U-turn criterion, checked across merged subtrees too; biased progressive
+    sampling between subtrees). No trajectory length to tune. See ``docs/algorithms.md``
+    (section 13).
+
+    Two phases per chain: ``"warmup"`` (``tune`` iterations, default 1000: Stan's adaptation
+    of the step size, to NUTS's acceptance statistic, and of a diagonal mass matrix, or a
+    burn-in at the given settings; discarded) and ``"sampling"``.
+
+    Parameters
+    ----------
+    target : rnshmc.Target, built-in model or BridgeStan-style object
+        The log density to sample (see :class:`rnshmc.Target`). Must have a gradient.
+    step_size : float, ndarray of shape (chains,) or None
+        Leapfrog step size (one per chain to continue a run). None (default) adapts it during
+        warm-up by dual averaging to ``target_accept``.
+    max_tree_depth : int
+        The most doublings of a trajectory (default 10: at most 1023 leapfrog steps per
+        draw). A run whose draws reach it more than 1% of the time is warned about.
+    mass_matrix, inverse_mass_matrix, adapt_mass_matrix
+        As for :class:`~rnshmc.HMC`.
+    target_accept : float
+        The mean acceptance statistic the step size is adapted to (default 0.8; higher for
+        posteriors with divergences).
+    max_energy_error : float
+        A point of a trajectory whose energy exceeds the start's by more than this ends it as
+        a divergence (default 1000).
+
+    Notes
+    -----
+    The result has the keys of :meth:`rnshmc.HMC.sample`'s (``n_steps``: the leapfrog steps
+    of each draw's tree; ``accept_prob``: NUTS's acceptance statistic, the mean over the
+    tree's points of min(1, exp(H0 - H)); ``accepted``: whether the draw is not the starting
+    point), plus ``tree_depth`` (chains, draws).
+
+    Examples
+    --------
+    >>> import numpy as np, rnshmc
+    >>> target = rnshmc.Target(lambda q: -0.5 * q @ q, grad_logp=lambda q: -q, dim=2)
+    >>> res = rnshmc.NUTS(target).sample(500, tune=500, rng=0, progress=False)
+    >>> res.samples.shape, int(res.tree_depth.max()) <= 10
+    ((4, 500, 2), True)
+    """
+
+    name = "NUTS"
+    WARM_FROM = Phase.SAMPLING
+
+    def __init__(self, target, *, step_size=None, max_tree_depth=10, mass_matrix=None,
+                 inverse_mass_matrix=None, adapt_mass_matrix=None, target_accept=0.8,
+                 max_energy_error=1000.0):
+        super().__init__(target)
+        self.max_tree_depth = check_integer(max_tree_depth, "max_tree_depth", minimum=1)
+        self.leapfrog = LeapfrogSettings(step_size, 1, False, mass_matrix, inverse_mass_matrix,
+                                         adapt_mass_matrix, target_accept, max_energy_error,
+                                         dim=self.dim)
+        self.phases = by_name(
+            NUTSPhase(Phase.WARMUP, self.leapfrog, self.max_tree_depth, adapt=True),
+            NUTSPhase(Phase.SAMPLING, self.leapfrog, self.max_tree_depth,
+                      keep=("samples", "records")))
+
+    def plan(self, draws, tune, chains, dim):
+        self.leapfrog.check_chains(chains)
+        warn_unadapted(self.name, tune, self.leapfrog.step_size)
+        return [[Phase.WARMUP, tune], [Phase.SAMPLING, draws]]
+
+    def report(self, result, states):
+        records = np.stack([s.outputs[Phase.SAMPLING]["records"] for s in states])
+        depth = records["tree_depth"][:, :result.samples.shape[1]]
+        result["tree_depth"] = depth.astype(np.int64)
+        saturated = float(np.mean(depth >= self.max_tree_depth)) if depth.size else 0.0
+        if saturated > SATURATION_WARNING:
+            warnings.warn(
+                f"{self.name}: {saturated:.1%} of the draws reached the largest tree depth "
+                f"({self.max_tree_depth}): their trajectories were cut before they turned, so "
+                "the chains move less per gradient than they could. A posterior whose scales "
+                "differ widely (or change from place to place, as in a funnel) needs a better "
+                "metric or a reparameterisation; a larger max_tree_depth only lets each draw "
+                "cost more.", RuntimeWarning, stacklevel=user_stacklevel())

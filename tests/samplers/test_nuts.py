@@ -1,0 +1,75 @@
+"""rnshmc.NUTS: exact with its defaults (Stan's warm-up) on targets with known moments, at
+several seeds; its result keys; the tree-depth warning. (The transition itself is tested in
+tests/kernels/test_nuts_transition.py; checkpoints, threads, pools and Ctrl-C in test_contract.py.)"""
+import warnings
+
+import numpy as np
+import pytest
+
+import rnshmc
+
+from testkit import check_covariance, check_mean, correlated_gaussian, rng_seed
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_defaults_sample_a_correlated_gaussian(seed):
+    model, mean, cov = correlated_gaussian(dim=5, seed=seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = rnshmc.NUTS(model).sample(1000, tune=500, chains=4, rng=rng_seed(seed),
+                                        progress=False)
+    check_mean(res.samples, mean)
+    check_covariance(res.samples, mean, cov)
+    assert res.tree_depth.shape == res.accepted.shape
+    assert (res.tree_depth >= 1).all() and (res.tree_depth <= 10).all()
+    # depth j: j doublings merged (2^j - 1 steps), and the steps of a last one that turned or
+    # diverged inside (it is not merged; its steps count), fewer than 2^j
+    assert (2 ** res.tree_depth - 1 <= res.n_steps).all()
+    assert (res.n_steps <= 2 ** (res.tree_depth + 1) - 1).all()
+    assert abs(res.accept_prob.mean() - 0.8) < 0.1
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_scales_far_apart_with_the_adapted_diagonal_metric(seed):
+    """Scales 1e-2..1e2: the warm-up's diagonal metric makes the trees short and the
+    moments right."""
+    sd = np.logspace(-2, 2, 6)
+    mean = np.linspace(-1, 1, 6) * sd
+    model = rnshmc.models.Gaussian(mean, covariance=np.diag(sd ** 2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = rnshmc.NUTS(model).sample(1000, tune=1000, chains=4, rng=rng_seed(seed),
+                                        progress=False)
+    check_mean(res.samples, mean)
+    check_covariance(res.samples, mean, np.diag(sd ** 2))
+    assert np.median(res.tree_depth) <= 3
+
+
+def test_a_saturated_tree_depth_is_warned_about():
+    """An unadapted step size far below the posterior's scale: every tree reaches
+    max_tree_depth, and the result says so with what fixes it."""
+    model, mean, _ = correlated_gaussian(dim=2, seed=0)
+    with pytest.warns(RuntimeWarning, match="largest tree depth"):
+        res = rnshmc.NUTS(model, step_size=1e-3, max_tree_depth=3).sample(
+            50, tune=0, chains=1, rng=rng_seed(0), init=mean, progress=False)
+    assert (res.tree_depth == 3).all()
+
+
+def test_bad_settings_are_refused():
+    model, _, _ = correlated_gaussian(dim=2)
+    with pytest.raises(ValueError, match="max_tree_depth"):
+        rnshmc.NUTS(model, max_tree_depth=0)
+    with pytest.raises(ValueError, match="target_accept"):
+        rnshmc.NUTS(model, target_accept=1.5)
+
+
+def test_arviz_gets_the_tree_depth():
+    arviz = pytest.importorskip("arviz")
+    model, mean, _ = correlated_gaussian(dim=2, seed=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = rnshmc.NUTS(model).sample(100, tune=100, chains=2, rng=rng_seed(0), init=mean,
+                                        progress=False)
+    data = res.to_arviz()
+    assert isinstance(data, arviz.InferenceData)
+    np.testing.assert_array_equal(data.sample_stats["tree_depth"].values, res.tree_depth)
