@@ -16,7 +16,7 @@ import math
 import numpy as np
 
 __all__ = ["WarmupSchedule", "RepeatedWarmup", "regularized_variance", "initial_step_size",
-           "trajectory_length_for_min_ess"]
+           "trajectory_length_for_min_ess", "fisher_diagonal", "fisher_dense"]
 
 # The terminal buffer (step size only, after the last mass-matrix window) is the step size's
 # last chance to settle; dual averaging needs a few dozen iterations for that. Stan's fixed 50
@@ -110,6 +110,90 @@ class RepeatedWarmup:
 def regularized_variance(n, variance):
     """Stan's shrunk estimate of ``n`` positions' variance: (n / (n + 5)) var + 1e-3 (5 / (n + 5))."""
     return (n / (n + 5.0)) * variance + 1e-3 * (5.0 / (n + 5.0))
+
+
+def _draws_and_gradients(draws, gradients, minimum):
+    """The rows (n, dim) of draws and of gradients of the log density there, checked."""
+    draws = np.asarray(draws, dtype=np.float64)
+    gradients = np.asarray(gradients, dtype=np.float64)
+    if draws.ndim != 2 or draws.shape != gradients.shape:
+        raise ValueError(f"draws and gradients must be (n, dim) arrays of one shape, got "
+                         f"{draws.shape} and {gradients.shape}")
+    if len(draws) < minimum:
+        raise ValueError(f"need at least {minimum} draws, got {len(draws)}")
+    if not (np.all(np.isfinite(draws)) and np.all(np.isfinite(gradients))):
+        raise ValueError("draws and gradients must be finite")
+    return draws, gradients
+
+
+def fisher_diagonal(draws, gradients, limits=(1e-20, 1e20)):
+    """The diagonal inverse mass matrix sqrt(Var x / Var grad log p), per coordinate, from
+    ``draws`` and the gradients of the log density at them: the diagonal metric that
+    minimises the Fisher divergence of the preconditioned posterior from a standard normal
+    (Seyboldt et al.'s estimator, nutpie's default). Exact for a Gaussian with a diagonal
+    covariance from any 2 or more distinct draws: there Var grad = Var x / sigma^4.
+
+    Parameters
+    ----------
+    draws, gradients : ndarray of shape (n, dim)
+    limits : (float, float)
+        Each variance is clipped to this range (a coordinate that did not move, or whose
+        gradient did not change, gives 0 or inf).
+
+    Returns
+    -------
+    ndarray of shape (dim,)
+    """
+    draws, gradients = _draws_and_gradients(draws, gradients, 2)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.sqrt(draws.var(axis=0) / gradients.var(axis=0))
+    return np.clip(np.where(np.isnan(ratio), 1.0, ratio), *limits)
+
+
+def _symmetric_power(matrix, power):
+    values, vectors = np.linalg.eigh(matrix)
+    return (vectors * values ** power) @ vectors.T
+
+
+def fisher_dense(draws, gradients, regularization=0.0):
+    """The dense inverse mass matrix S with S Cov(grad log p) S = Cov(x): the geometric mean
+    of Cov(x) and Cov(grad log p)^-1, from ``draws`` and the gradients of the log density at
+    them, the dense metric that minimises the Fisher divergence of the preconditioned
+    posterior from a standard normal (Seyboldt et al.). Exact for any Gaussian from more than
+    dim + 1 draws: there the gradients' covariance is P Cov(x) P (P the precision), and S = P^-1
+    solves the equation whatever the draws.
+
+    Parameters
+    ----------
+    draws, gradients : ndarray of shape (n, dim)
+    regularization : float
+        Added to both covariances' diagonals (for fewer draws than dim + 2, or coordinates
+        that did not move).
+
+    Returns
+    -------
+    ndarray of shape (dim, dim)
+        Symmetric positive definite.
+
+    Raises
+    ------
+    ValueError
+        Where a covariance is not positive definite (too few distinct draws and no
+        regularization).
+    """
+    draws, gradients = _draws_and_gradients(draws, gradients, 2)
+    dim = draws.shape[1]
+    A = np.atleast_2d(np.cov(draws, rowvar=False)) + regularization * np.eye(dim)
+    B = np.atleast_2d(np.cov(gradients, rowvar=False)) + regularization * np.eye(dim)
+    smallest = min(np.linalg.eigvalsh(A)[0], np.linalg.eigvalsh(B)[0])
+    if not smallest > 0:
+        raise ValueError(f"the draws' or the gradients' covariance is singular ({len(draws)} "
+                         f"draws in {dim} dimensions): give more distinct draws or a "
+                         "regularization > 0")
+    B_half = _symmetric_power(B, 0.5)
+    B_inverse_half = _symmetric_power(B, -0.5)
+    S = B_inverse_half @ _symmetric_power(B_half @ A @ B_half, 0.5) @ B_inverse_half
+    return 0.5 * (S + S.T)
 
 
 def initial_step_size(chain, generator, step_size=1.0, target_accept=0.8, max_doublings=100):

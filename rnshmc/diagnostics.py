@@ -36,6 +36,7 @@ __all__ = [
     "SamplingWarning",
     "relative_error_of_mean",
     "mcse_mean",
+    "e_bfmi",
     "summary",
     "Summary",
 ]
@@ -435,6 +436,46 @@ def health(samples, diverging=None, rhat_limit=1.01, ess_per_chain=ESS_PER_CHAIN
 # ---------------------------------------------------------------------------
 # errors of the mean
 # ---------------------------------------------------------------------------
+
+
+def e_bfmi(energy):
+    """The energy Bayesian fraction of missing information of each chain (Betancourt 2016):
+    the mean squared change of the Hamiltonian between consecutive draws over its variance,
+    E-BFMI = sum_n (E_n - E_{n-1})^2 / sum_n (E_n - mean E)^2.
+
+    Near 1 (about 2 for independent energies), each momentum draw moves the chain across the
+    energy levels of the posterior; under about 0.3 (Stan's threshold) it cannot, and the
+    chain explores the tails slowly: the metric misfits the posterior (a funnel, scales that
+    change from place to place), which a reparameterisation fixes.
+
+    Parameters
+    ----------
+    energy : array_like, shape (draws,) or (chains, draws)
+        The Hamiltonian at each draw (a result's ``energy``).
+
+    Returns
+    -------
+    float or ndarray of shape (chains,)
+        NaN for a chain whose energy never changed.
+
+    Raises
+    ------
+    ValueError
+        For fewer than 3 draws or non-finite energies.
+    """
+    values = np.asarray(energy, dtype=float)
+    one = values.ndim == 1
+    values = np.atleast_2d(values)
+    if values.ndim != 2 or values.shape[1] < 3:
+        raise ValueError(f"energy must be (draws,) or (chains, draws) with at least 3 draws, "
+                         f"got shape {np.shape(energy)}")
+    if not np.all(np.isfinite(values)):
+        raise ValueError("energy contains non-finite values")
+    numerator = np.sum(np.diff(values, axis=1) ** 2, axis=1)
+    denominator = np.sum((values - values.mean(axis=1, keepdims=True)) ** 2, axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        result = np.where(denominator > 0, numerator / denominator, np.nan)
+    return float(result[0]) if one else result
 
 
 def relative_error_of_mean(x, true_mean):

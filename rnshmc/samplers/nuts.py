@@ -3,6 +3,7 @@ import warnings
 
 import numpy as np
 
+from ..diagnostics import e_bfmi
 from ..validation import check_integer, user_stacklevel
 from ._base import Sampler, warn_unadapted
 from .phases.base import LeapfrogSettings, Phase, by_name
@@ -12,6 +13,8 @@ __all__ = ["NUTS"]
 
 # the share of draws at the largest tree depth above which a run is warned about
 SATURATION_WARNING = 0.01
+# the E-BFMI under which a chain is warned about (Stan's threshold)
+E_BFMI_WARNING = 0.3
 
 
 class NUTS(Sampler):
@@ -35,8 +38,15 @@ class NUTS(Sampler):
     max_tree_depth : int
         The most doublings of a trajectory (default 10: at most 1023 leapfrog steps per
         draw). A run whose draws reach it more than 1% of the time is warned about.
+    metric : {"diagonal", "dense", "diagonal_grad", "dense_grad"}
+        The mass matrix the warm-up estimates in each of Stan's slow windows: "diagonal"
+        (default) and "dense" are Stan's (the window's variances or covariance, shrunk);
+        "diagonal_grad" and "dense_grad" use the gradients at the window's draws too
+        (:func:`rnshmc.adaptation.fisher_diagonal`, :func:`~rnshmc.adaptation.fisher_dense`;
+        exact for a Gaussian from a few draws). See ``docs/algorithms.md`` (section 13).
     mass_matrix, inverse_mass_matrix, adapt_mass_matrix
-        As for :class:`~rnshmc.HMC`.
+        As for :class:`~rnshmc.HMC` (a given mass matrix is not adapted, whatever
+        ``metric``).
     target_accept : float
         The mean acceptance statistic the step size is adapted to (default 0.8; higher for
         posteriors with divergences).
@@ -49,7 +59,9 @@ class NUTS(Sampler):
     The result has the keys of :meth:`rnshmc.HMC.sample`'s (``n_steps``: the leapfrog steps
     of each draw's tree; ``accept_prob``: NUTS's acceptance statistic, the mean over the
     tree's points of min(1, exp(H0 - H)); ``accepted``: whether the draw is not the starting
-    point), plus ``tree_depth`` (chains, draws).
+    point), plus ``tree_depth`` (chains, draws) and ``e_bfmi`` (per chain: the energy
+    Bayesian fraction of missing information, :func:`rnshmc.diagnostics.e_bfmi`; a chain
+    under 0.3 is warned about).
 
     Examples
     --------
@@ -63,16 +75,22 @@ class NUTS(Sampler):
     name = "NUTS"
     WARM_FROM = Phase.SAMPLING
 
-    def __init__(self, target, *, step_size=None, max_tree_depth=10, mass_matrix=None,
-                 inverse_mass_matrix=None, adapt_mass_matrix=None, target_accept=0.8,
-                 max_energy_error=1000.0):
+    METRICS = ("diagonal", "dense", "diagonal_grad", "dense_grad")
+
+    def __init__(self, target, *, step_size=None, max_tree_depth=10, metric="diagonal",
+                 mass_matrix=None, inverse_mass_matrix=None, adapt_mass_matrix=None,
+                 target_accept=0.8, max_energy_error=1000.0):
         super().__init__(target)
+        if metric not in self.METRICS:
+            raise ValueError(f"metric must be one of {self.METRICS}, got {metric!r}")
+        self.metric = metric
         self.max_tree_depth = check_integer(max_tree_depth, "max_tree_depth", minimum=1)
         self.leapfrog = LeapfrogSettings(step_size, 1, False, mass_matrix, inverse_mass_matrix,
                                          adapt_mass_matrix, target_accept, max_energy_error,
                                          dim=self.dim)
         self.phases = by_name(
-            NUTSPhase(Phase.WARMUP, self.leapfrog, self.max_tree_depth, adapt=True),
+            NUTSPhase(Phase.WARMUP, self.leapfrog, self.max_tree_depth, adapt=True,
+                      metric=metric),
             NUTSPhase(Phase.SAMPLING, self.leapfrog, self.max_tree_depth,
                       keep=("samples", "records")))
 
@@ -85,6 +103,9 @@ class NUTS(Sampler):
         records = np.stack([s.outputs[Phase.SAMPLING]["records"] for s in states])
         depth = records["tree_depth"][:, :result.samples.shape[1]]
         result["tree_depth"] = depth.astype(np.int64)
+        if depth.shape[1] >= 3:
+            result["e_bfmi"] = e_bfmi(result["energy"])
+            warn_if_low_e_bfmi(self.name, result["e_bfmi"])
         saturated = float(np.mean(depth >= self.max_tree_depth)) if depth.size else 0.0
         if saturated > SATURATION_WARNING:
             warnings.warn(
@@ -94,3 +115,18 @@ class NUTS(Sampler):
                 "differ widely (or change from place to place, as in a funnel) needs a better "
                 "metric or a reparameterisation; a larger max_tree_depth only lets each draw "
                 "cost more.", RuntimeWarning, stacklevel=user_stacklevel())
+
+
+def warn_if_low_e_bfmi(name, values):
+    """Warn about the chains whose E-BFMI (``values``, per chain) is under
+    ``E_BFMI_WARNING``."""
+    low = [(chain, value) for chain, value in enumerate(values) if value < E_BFMI_WARNING]
+    if low:
+        listed = ", ".join(f"chain {chain} {value:.2f}" for chain, value in low)
+        warnings.warn(
+            f"{name}: E-BFMI under {E_BFMI_WARNING} ({listed}): a momentum draw moves these "
+            "chains across too little of the posterior's energy, so they explore its tails "
+            "slowly and their tail estimates may be off. The metric misfits the posterior's "
+            "shape: reparameterise it (a hierarchical model non-centred, a scale parameter on "
+            "the log scale); a longer warm-up rarely helps.", RuntimeWarning,
+            stacklevel=user_stacklevel())

@@ -494,3 +494,72 @@ def test_predicted_min_ess_matches_hmc_on_a_gaussian(n_steps):
         5000, tune=0, chains=4, rng=n_steps, init=np.zeros(2), progress=False)
     measured = res.ess().min() / 20000
     assert measured == pytest.approx(predicted, rel=0.25), (measured, predicted)
+
+
+# --------------------------------------------------------------------------------------------
+# the metric estimators from draws and gradients (rnshmc.adaptation.fisher_diagonal, _dense)
+
+
+def gaussian_draws_and_gradients(seed, dim, n, covariance):
+    rng = np.random.default_rng(rng_seed(seed))
+    mean = rng.standard_normal(dim)
+    draws = rng.multivariate_normal(mean, covariance, size=n)
+    gradients = -(draws - mean) @ np.linalg.inv(covariance)
+    return draws, gradients
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_fisher_diagonal_is_exact_for_a_diagonal_gaussian(seed):
+    from rnshmc.adaptation import fisher_diagonal
+    variances = np.logspace(-4, 4, 6)
+    for n in (3, 10, 200):
+        draws, gradients = gaussian_draws_and_gradients(seed, 6, n, np.diag(variances))
+        np.testing.assert_allclose(fisher_diagonal(draws, gradients), variances, rtol=1e-8)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_fisher_dense_is_exact_for_any_gaussian_from_more_than_dim_plus_one_draws(seed):
+    """S Cov(grad) S = Cov(x) has the covariance as its solution whatever the draws (the
+    gradients are a linear map of them): exact from dim + 2 draws, while the draws' own
+    covariance (Stan's estimate) is far off."""
+    from rnshmc.adaptation import fisher_dense
+    dim = 5
+    rng = np.random.default_rng(rng_seed(seed))
+    A = rng.standard_normal((dim, dim))
+    covariance = A @ A.T + 0.01 * np.eye(dim)  # (condition number in the thousands)
+    draws, gradients = gaussian_draws_and_gradients(seed, dim, dim + 2, covariance)
+    S = fisher_dense(draws, gradients)
+    np.testing.assert_allclose(S, covariance, rtol=1e-6, atol=1e-8 * np.abs(covariance).max())
+    assert np.abs(np.cov(draws, rowvar=False) - covariance).max() > 1e-3
+    np.testing.assert_allclose(S, S.T)
+
+
+def test_fisher_dense_solves_its_equation_off_the_gaussian_case():
+    """For non-Gaussian draws the estimate is the SPD geometric mean: S Cov(g) S = Cov(x)."""
+    from rnshmc.adaptation import fisher_dense
+    rng = np.random.default_rng(rng_seed(3))
+    draws = rng.standard_t(5, size=(400, 3)) @ np.array([[1, 0.5, 0], [0, 1, 0.3], [0, 0, 2]])
+    gradients = -draws ** 3 / 10 - draws
+    S = fisher_dense(draws, gradients)
+    np.testing.assert_allclose(S @ np.cov(gradients, rowvar=False) @ S,
+                               np.cov(draws, rowvar=False), rtol=1e-8, atol=1e-10)
+    assert np.all(np.linalg.eigvalsh(S) > 0)
+
+
+def test_the_estimators_refuse_what_they_cannot_use():
+    from rnshmc.adaptation import fisher_dense, fisher_diagonal
+    draws = np.random.default_rng(0).standard_normal((3, 4))
+    with pytest.raises(ValueError, match="singular"):
+        fisher_dense(draws, -draws)            # 3 draws in 4 dimensions
+    assert np.all(np.isfinite(fisher_dense(draws, -draws, regularization=1e-3)))
+    with pytest.raises(ValueError, match="one shape"):
+        fisher_diagonal(draws, draws[:, :2])
+    with pytest.raises(ValueError, match="finite"):
+        fisher_diagonal(np.full((3, 2), np.nan), np.ones((3, 2)))
+    with pytest.raises(ValueError, match="at least 2"):
+        fisher_diagonal(draws[:1], draws[:1])
+    # a coordinate that never moved: clipped, not NaN or 0
+    still = draws.copy()
+    still[:, 0] = 1.0
+    assert np.all(np.isfinite(fisher_diagonal(still, -draws))) and np.all(
+        fisher_diagonal(still, -draws) > 0)

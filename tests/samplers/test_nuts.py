@@ -73,3 +73,59 @@ def test_arviz_gets_the_tree_depth():
     data = res.to_arviz()
     assert isinstance(data, arviz.InferenceData)
     np.testing.assert_array_equal(data.sample_stats["tree_depth"].values, res.tree_depth)
+
+
+def test_low_e_bfmi_is_warned_about_per_chain():
+    """The warning's rule, on energies made for it: an AR(1) series with correlation 0.99
+    (E-BFMI about 0.02) in chain 1, independent energies (about 2) in chain 0."""
+    from rnshmc.diagnostics import e_bfmi
+    from rnshmc.samplers.nuts import warn_if_low_e_bfmi
+    rng = np.random.default_rng(rng_seed(0))
+    independent = rng.standard_normal(5000)
+    correlated = np.zeros(5000)
+    for n in range(1, 5000):
+        correlated[n] = 0.99 * correlated[n - 1] + np.sqrt(1 - 0.99 ** 2) * rng.standard_normal()
+    values = e_bfmi(np.stack([independent, correlated]))
+    assert abs(values[0] - 2.0) < 0.15 and abs(values[1] - 0.02) < 0.01
+    with pytest.warns(RuntimeWarning, match=r"E-BFMI under 0.3 \(chain 1 0.0"):
+        warn_if_low_e_bfmi("NUTS", values)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warn_if_low_e_bfmi("NUTS", values[:1])
+
+
+def test_e_bfmi_refuses_what_it_cannot_use():
+    from rnshmc.diagnostics import e_bfmi
+    with pytest.raises(ValueError, match="at least 3"):
+        e_bfmi([1.0, 2.0])
+    with pytest.raises(ValueError, match="non-finite"):
+        e_bfmi([1.0, np.inf, 2.0])
+    assert np.isnan(e_bfmi(np.ones(10)))
+
+
+@pytest.mark.parametrize("metric", ["dense", "diagonal_grad", "dense_grad"])
+def test_every_metric_samples_a_correlated_gaussian(metric):
+    """Each warm-up metric: the moments right, and a dense one close to the covariance (the
+    Fisher estimate exactly so up to its window's draws; Stan's within its sampling error)."""
+    model, mean, cov = correlated_gaussian(dim=4, seed=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = rnshmc.NUTS(model, metric=metric).sample(1000, tune=600, chains=4,
+                                                       rng=rng_seed(3), progress=False)
+    check_mean(res.samples, mean)
+    check_covariance(res.samples, mean, cov)
+    inverse_mass = res.inverse_mass_matrix
+    if metric == "dense_grad":
+        np.testing.assert_allclose(inverse_mass, np.broadcast_to(cov, inverse_mass.shape),
+                                   rtol=1e-6, atol=1e-9)
+    elif metric == "diagonal_grad":
+        assert inverse_mass.shape == (4, 4)
+    else:
+        assert inverse_mass.shape == (4, 4, 4)
+        assert np.abs(inverse_mass - cov).max() < 0.3 * np.abs(cov).max()
+
+
+def test_an_unknown_metric_is_refused():
+    model, _, _ = correlated_gaussian(dim=2)
+    with pytest.raises(ValueError, match="metric must be one of"):
+        rnshmc.NUTS(model, metric="euclidean")

@@ -19,8 +19,8 @@ from ..._kernels._integrators import Leapfrog
 from ..._kernels._metrics import EuclideanMetric
 from ..._kernels._metropolis import MetropolisChain
 from ..._kernels._transition import NUTSChain
-from ...adaptation import (WarmupSchedule, initial_step_size, regularized_variance,
-                           terminal_buffer)
+from ...adaptation import (WarmupSchedule, fisher_dense, fisher_diagonal, initial_step_size,
+                           regularized_variance, terminal_buffer)
 from ...state import PartState
 from .base import Phase, euclidean_chain
 
@@ -100,6 +100,54 @@ class WindowedWarmup(StepSizeWarmup):
             chain.restart_step_size_adaptation(step_size, target_accept)
 
 
+class MetricWarmup(WindowedWarmup):
+    """Stan's warm-up with the metric of each slow window estimated from the window's draws
+    (and the gradients there): ``metric`` "dense" is Stan's dense estimate (the draws'
+    covariance, shrunk as Stan shrinks it); "diagonal_grad" and "dense_grad" are the
+    estimators from draws and gradients (:func:`rnshmc.adaptation.fisher_diagonal`,
+    :func:`~rnshmc.adaptation.fisher_dense`; ``docs/algorithms.md`` section 13). The phase
+    keeps its draws and gradients for them (``KEEP``)."""
+
+    METRICS = ("dense", "diagonal_grad", "dense_grad")
+    KEEP = ("samples", "gradients")
+
+    def __init__(self, settings, metric):
+        if metric not in self.METRICS:
+            raise ValueError(f"metric must be one of {self.METRICS}, got {metric!r}")
+        super().__init__(settings)
+        self.metric = metric
+
+    def window_end(self, run, chain, adapt_step):
+        chain.take_variance()  # (the C loop's running variance of the draws is not used)
+        state = run.state
+        end = state.iteration
+        schedule = self.schedule(state, state.phase_length(state.phase))
+        starts = [schedule.slow_start] + [e + 1 for e in schedule.ends]
+        start = max(s for s in starts if s < end)
+        outputs = state.outputs[state.phase]
+        draws, gradients = outputs["samples"][start:end], outputs["gradients"][start:end]
+        n, dim = draws.shape
+        if self.metric == "diagonal_grad":
+            inverse_mass = fisher_diagonal(draws, gradients)
+        else:
+            try:
+                inverse_mass = (fisher_dense(draws, gradients) if self.metric == "dense_grad"
+                                else np.atleast_2d(np.cov(draws, rowvar=False)))
+                np.linalg.cholesky(inverse_mass)
+            except (ValueError, np.linalg.LinAlgError):
+                # (fewer distinct draws than dimensions: the window's variances only)
+                inverse_mass = np.diag(draws.var(axis=0) + 1e-12)
+            if self.metric == "dense":  # Stan's shrinkage towards 1e-3 times the identity
+                inverse_mass = (n / (n + 5.0)) * inverse_mass + 1e-3 * (5.0 / (n + 5.0)) * \
+                    np.eye(dim)
+        chain.metric.set_inverse_mass(inverse_mass)
+        state.inverse_mass = inverse_mass
+        if adapt_step:
+            target_accept = self.settings.target_accept
+            step_size = initial_step_size(chain, run.generator, chain.step_size, target_accept)
+            chain.restart_step_size_adaptation(step_size, target_accept)
+
+
 class HMCPhase(Phase):
     """Exact HMC with the leapfrog (the sampler's target for dynamics and test).
 
@@ -172,11 +220,17 @@ class NUTSPhase(HMCPhase):
     max_tree_depth : int
     adapt : bool
     keep : tuple of str
+    metric : {"diagonal", "dense", "diagonal_grad", "dense_grad"}
+        The warm-up's metric: Stan's diagonal (:class:`WindowedWarmup`), or one of
+        :class:`MetricWarmup`'s.
     """
 
-    def __init__(self, name, leapfrog, max_tree_depth, adapt=False, keep=()):
+    def __init__(self, name, leapfrog, max_tree_depth, adapt=False, keep=(), metric="diagonal"):
         super().__init__(name, leapfrog, adapt, keep)
         self.max_tree_depth = max_tree_depth
+        if adapt and metric != "diagonal" and leapfrog.adapt_mass_matrix:
+            self.warmup = MetricWarmup(leapfrog, metric)
+            self.keep = tuple(dict.fromkeys(self.keep + MetricWarmup.KEEP))
 
     def trajectory(self, run):
         return 1, False  # (one tree per transition)
