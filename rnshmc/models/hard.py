@@ -20,7 +20,8 @@ def correlated_regression(n=60, dim=8, correlation=0.995, noise=0.5, seed=0):
     -------
     target : rnshmc.Target
     reference : dict
-        The exact posterior ``mean`` and ``covariance``.
+        The exact posterior ``mean`` and ``covariance``, and the data (``X``, ``y``,
+        ``noise``: to state the same posterior in another library).
     """
     rng = np.random.default_rng(seed)
     factor = rng.standard_normal((n, 1))
@@ -35,7 +36,7 @@ def correlated_regression(n=60, dim=8, correlation=0.995, noise=0.5, seed=0):
         return (-0.5 * residual @ residual / noise**2 - 0.5 * beta @ beta / 100.0,
                 X.T @ residual / noise**2 - beta / 100.0)
     return (Target(None, logp_and_grad=logp_and_grad, dim=dim),
-            dict(mean=mean, covariance=covariance))
+            dict(mean=mean, covariance=covariance, X=X, y=y, noise=noise))
 
 
 def neals_funnel(dim=10, scale=3.0):
