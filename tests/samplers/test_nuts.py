@@ -129,3 +129,43 @@ def test_an_unknown_metric_is_refused():
     model, _, _ = correlated_gaussian(dim=2)
     with pytest.raises(ValueError, match="metric must be one of"):
         rnshmc.NUTS(model, metric="euclidean")
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_correlated_regression_against_its_closed_form(seed):
+    """The hard posterior of rnshmc.models.hard (condition number in the thousands), with the
+    dense metric: the exact posterior's moments within Monte Carlo error."""
+    from rnshmc.models.hard import correlated_regression
+    target, reference = correlated_regression()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = rnshmc.NUTS(target, metric="dense_grad").sample(1000, tune=1000, chains=4,
+                                                              rng=rng_seed(seed),
+                                                              progress=False, pool=None)
+    check_mean(res.samples, reference["mean"])
+    check_covariance(res.samples, reference["mean"], reference["covariance"])
+
+
+def banana(sd=2.0, twist=0.3):
+    """A twisted Gaussian: x1 ~ N(0, sd^2), x2 = z + twist (x1^2 - sd^2), z ~ N(0, 1); its
+    mean is 0 and its covariance diag(sd^2, 1 + 2 twist^2 sd^4)."""
+    def logp_and_grad(x):
+        r = x[1] - twist * (x[0] ** 2 - sd ** 2)
+        return (-0.5 * x[0] ** 2 / sd ** 2 - 0.5 * r ** 2,
+                np.array([-x[0] / sd ** 2 + 2 * twist * x[0] * r, -r]))
+    return (rnshmc.Target(None, logp_and_grad=logp_and_grad, dim=2), np.zeros(2),
+            np.diag([sd ** 2, 1 + 2 * twist ** 2 * sd ** 4]))
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_banana(seed):
+    """A mild twist at target_accept 0.9: no divergences, the moments right. (A stronger
+    twist, 0.3, at the default 0.8 diverges 40-170 times a run and its tails are
+    under-explored, Var x2 2.7 against 3.9 on 3 of 8 seeds: the divergence warning's case.)"""
+    target, mean, cov = banana(twist=0.1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = rnshmc.NUTS(target, target_accept=0.9).sample(
+            2000, tune=1000, chains=4, rng=rng_seed(seed), progress=False, pool=None)
+    check_mean(res.samples, mean)
+    check_covariance(res.samples, mean, cov)
