@@ -108,8 +108,14 @@ class RepeatedWarmup:
 
 
 def regularized_variance(n, variance):
-    """Stan's shrunk estimate of ``n`` positions' variance: (n / (n + 5)) var + 1e-3 (5 / (n + 5))."""
-    return (n / (n + 5.0)) * variance + 1e-3 * (5.0 / (n + 5.0))
+    """Stan's shrunk estimate of ``n`` positions' variance: (n / (n + 5)) var + 1e-3 (5 / (n + 5))
+    (``variance`` a vector), or of their covariance, shrunk towards 1e-3 times the identity (a
+    matrix)."""
+    variance = np.asarray(variance)
+    shrinkage = 1e-3 * (5.0 / (n + 5.0))
+    if variance.ndim == 2:
+        return (n / (n + 5.0)) * variance + shrinkage * np.eye(len(variance))
+    return (n / (n + 5.0)) * variance + shrinkage
 
 
 def _draws_and_gradients(draws, gradients, minimum):

@@ -460,12 +460,17 @@ cdef class Chain(BaseChain):
             record.accepted = 0
             record.energy = H0
         record.log_density = -self.U_test
-        # warm-up adaptation, from what the transition recorded
+        self.adapt(settings, record)
+        return 0
+
+    cdef inline void adapt(self, const RunSettings* settings,
+                           const Transition* record) noexcept nogil:
+        """The warm-up's adaptation after a transition, from what it recorded: dual averaging
+        of the step size, the running variance of the positions."""
         if settings.adapt_step_size:
             self.step_size = dual_averaging_update(&self.da, record.accept_prob)
         if settings.accumulate_variance:
             self.add_to_variance()
-        return 0
 
     cdef void add_to_variance(self) noexcept nogil:
         cdef Py_ssize_t i
@@ -854,8 +859,5 @@ cdef class NUTSChain(Chain):
         record.diverging = self.divergent
         record.solver_failed = False
         record.log_density = -self.U_test
-        if settings.adapt_step_size:
-            self.step_size = dual_averaging_update(&self.da, record.accept_prob)
-        if settings.accumulate_variance:
-            self.add_to_variance()
+        self.adapt(settings, record)
         return 0

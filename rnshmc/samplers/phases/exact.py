@@ -88,16 +88,21 @@ class WindowedWarmup(StepSizeWarmup):
         return self.settings.adapt_mass_matrix
 
     def window_end(self, run, chain, adapt_step):
-        # install the shrunk variance estimate as the inverse mass matrix and restart the
-        # step size from Stan's heuristic
-        n, variance = chain.take_variance()
-        inverse_mass = regularized_variance(n, variance)
+        # install the window's estimate as the inverse mass matrix and restart the step size
+        # from Stan's heuristic
+        inverse_mass = self.estimate(run, chain)
         chain.metric.set_inverse_mass(inverse_mass)
         run.state.inverse_mass = inverse_mass
         if adapt_step:
             target_accept = self.settings.target_accept
             step_size = initial_step_size(chain, run.generator, chain.step_size, target_accept)
             chain.restart_step_size_adaptation(step_size, target_accept)
+
+    def estimate(self, run, chain):
+        """The slow window's inverse mass matrix: the shrunk variance of its positions, which
+        the C loop accumulated (starting the next window's)."""
+        n, variance = chain.take_variance()
+        return regularized_variance(n, variance)
 
 
 class MetricWarmup(WindowedWarmup):
@@ -117,7 +122,7 @@ class MetricWarmup(WindowedWarmup):
         super().__init__(settings)
         self.metric = metric
 
-    def window_end(self, run, chain, adapt_step):
+    def estimate(self, run, chain):
         chain.take_variance()  # (the C loop's running variance of the draws is not used)
         state = run.state
         end = state.iteration
@@ -126,26 +131,18 @@ class MetricWarmup(WindowedWarmup):
         start = max(s for s in starts if s < end)
         outputs = state.outputs[state.phase]
         draws, gradients = outputs["samples"][start:end], outputs["gradients"][start:end]
-        n, dim = draws.shape
         if self.metric == "diagonal_grad":
-            inverse_mass = fisher_diagonal(draws, gradients)
-        else:
-            try:
-                inverse_mass = (fisher_dense(draws, gradients) if self.metric == "dense_grad"
-                                else np.atleast_2d(np.cov(draws, rowvar=False)))
-                np.linalg.cholesky(inverse_mass)
-            except (ValueError, np.linalg.LinAlgError):
-                # (fewer distinct draws than dimensions: the window's variances only)
-                inverse_mass = np.diag(draws.var(axis=0) + 1e-12)
-            if self.metric == "dense":  # Stan's shrinkage towards 1e-3 times the identity
-                inverse_mass = (n / (n + 5.0)) * inverse_mass + 1e-3 * (5.0 / (n + 5.0)) * \
-                    np.eye(dim)
-        chain.metric.set_inverse_mass(inverse_mass)
-        state.inverse_mass = inverse_mass
-        if adapt_step:
-            target_accept = self.settings.target_accept
-            step_size = initial_step_size(chain, run.generator, chain.step_size, target_accept)
-            chain.restart_step_size_adaptation(step_size, target_accept)
+            return fisher_diagonal(draws, gradients)
+        try:
+            inverse_mass = (fisher_dense(draws, gradients) if self.metric == "dense_grad"
+                            else np.atleast_2d(np.cov(draws, rowvar=False)))
+            np.linalg.cholesky(inverse_mass)
+        except (ValueError, np.linalg.LinAlgError):
+            # (fewer distinct draws than dimensions: the window's variances only)
+            inverse_mass = np.diag(draws.var(axis=0) + 1e-12)
+        if self.metric == "dense":  # Stan's shrinkage towards 1e-3 times the identity
+            inverse_mass = regularized_variance(len(draws), inverse_mass)
+        return inverse_mass
 
 
 class HMCPhase(Phase):
