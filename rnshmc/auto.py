@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from .samplers import ARNSHMC, HMC, RNSHMC, GradientFreeRNSHMC
+from .samplers import ARNSHMC, NUTS, RNSHMC, GradientFreeRNSHMC
 from .samplers._base import Sampler, check_start
 from .samplers.checkpoint import SAMPLERS
 from .samplers.phases.fit import auto_hidden_units
@@ -34,7 +34,8 @@ def choose_sampler(model, dim=None, init=None, surrogate=None):
       the chains;
     - a model cheaper than a surrogate (a surrogate's leapfrog step would cost more than
       half an exact density evaluation: from the model's ``density_flops`` where it has
-      one, else from timing one evaluation of each): :class:`~rnshmc.HMC`;
+      one, else from timing one evaluation of each): :class:`~rnshmc.NUTS` with its
+      defaults (no trajectory length to tune; its metric from draws and gradients);
     - otherwise :class:`~rnshmc.ARNSHMC` with one surrogate shared by the chains and
       refined online.
 
@@ -72,8 +73,8 @@ def choose_sampler(model, dim=None, init=None, surrogate=None):
     n_hidden = auto_hidden_units(dim)  # (ARNS-HMC's default surrogate)
     share, how = surrogate_step_share(model, dim, n_hidden, init)
     if share > SURROGATE_STEP_SHARE:
-        return HMC(model), (f"a surrogate leapfrog step would cost {share:.2g} exact densities "
-                            f"({how}): exact HMC")
+        return NUTS(model), (f"a surrogate leapfrog step would cost {share:.2g} exact "
+                             f"densities ({how}): exact NUTS")
     return (ARNSHMC(model, share_surrogate=True),
             f"a surrogate leapfrog step costs {share:.2g} exact densities ({how}): ARNS-HMC "
             "with a shared surrogate refined online")
@@ -127,7 +128,7 @@ def sample(model, *, ess=1000, chains=4, rng=None, init=None, warm_start=None, m
 
     The sampler is chosen from what the model offers (:func:`~rnshmc.auto.choose_sampler`):
     ARNS-HMC with one surrogate shared by the chains and refined online for a model with a
-    gradient, gradient-free RNS-HMC for one without, exact HMC for a model cheaper than a
+    gradient, gradient-free RNS-HMC for one without, exact NUTS for a model cheaper than a
     surrogate. Its defaults are the best measured configuration (``benchmarks/bench_cost.py``).
     The run stops at the first check where both conditions hold (see ``ess`` in
     :meth:`rnshmc.HMC.sample`, every sampler's ``sample()``), or when ``max_evals`` or

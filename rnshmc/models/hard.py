@@ -8,7 +8,8 @@ import numpy as np
 
 from ..targets import Target
 
-__all__ = ["correlated_regression", "neals_funnel", "gp_poisson", "hard_posteriors"]
+__all__ = ["correlated_regression", "neals_funnel", "gp_poisson", "hard_posteriors",
+           "eight_schools"]
 
 
 def correlated_regression(n=60, dim=8, correlation=0.995, noise=0.5, seed=0):
@@ -109,3 +110,73 @@ def hard_posteriors():
     """Name -> (target, reference) of the three posteriors above, at their defaults."""
     return {"correlated regression": correlated_regression(), "Neal's funnel": neals_funnel(),
             "GP Poisson": gp_poisson()}
+
+
+def eight_schools(centered=False):
+    """Eight schools (Rubin 1981; Gelman et al., *Bayesian Data Analysis*, section 5.5): the
+    effects y_j of coaching in eight schools, observed with standard errors sigma_j,
+
+        y_j ~ N(theta_j, sigma_j^2),  theta_j ~ N(mu, tau^2),
+        mu ~ N(0, 5^2),  tau ~ half-Cauchy(0, 5),
+
+    with y = (28, 8, -3, 7, -1, 1, 18, 12) and sigma = (15, 10, 16, 11, 9, 11, 10, 18). The
+    parameters are (mu, log tau, eta_1..eta_8) with theta_j = mu + tau eta_j and
+    eta_j ~ N(0, 1) (non-centred, the default), or (mu, log tau, theta_1..theta_8)
+    (centred: a funnel between log tau and the theta_j). tau is sampled as log tau, the
+    Jacobian (+ log tau) included.
+
+    Parameters
+    ----------
+    centered : bool
+        The centred parametrisation instead of the non-centred one.
+
+    Returns
+    -------
+    target : rnshmc.Target
+        dim 10; the log density is normalised (every constant of the densities above kept),
+        and is -inf where tau = exp(log tau) overflows.
+    reference : None
+        (No closed form: compare with a long exact-HMC run of the non-centred form.)
+    """
+    y = np.array([28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0])
+    sigma = np.array([15.0, 10.0, 16.0, 11.0, 9.0, 11.0, 10.0, 18.0])
+    mu_sd, tau_scale = 5.0, 5.0
+    half_log_2pi = 0.5 * np.log(2 * np.pi)
+    # the normal densities' and the half-Cauchy's constants
+    constant = (-np.log(mu_sd) - half_log_2pi + np.log(2 / (np.pi * tau_scale))
+                - y.size * half_log_2pi - np.log(sigma).sum() - y.size * half_log_2pi)
+
+    def logp_and_grad(q):
+        mu, log_tau, z = q[0], q[1], q[2:]
+        with np.errstate(over="ignore", invalid="ignore"):
+            tau = np.exp(log_tau)
+            ratio = (tau / tau_scale) ** 2
+            gradient = np.empty_like(q)
+            # mu's prior; tau's half-Cauchy prior and the Jacobian of log tau
+            logp = -0.5 * (mu / mu_sd) ** 2 - np.log1p(ratio) + log_tau
+            gradient[0] = -mu / mu_sd**2
+            gradient[1] = 1.0 - 2 * ratio / (1 + ratio)
+            if centered:  # theta_j ~ N(mu, tau^2)
+                theta = z
+                r = (theta - mu) / tau
+                logp += -0.5 * r @ r - y.size * log_tau
+                gradient[0] += r.sum() / tau
+                gradient[1] += r @ r - y.size
+                gradient[2:] = -r / tau
+            else:  # eta_j ~ N(0, 1)
+                theta = mu + tau * z
+                logp += -0.5 * z @ z
+                gradient[2:] = -z
+            residual = (y - theta) / sigma**2  # the likelihood's gradient in theta
+            logp += -0.5 * np.sum((y - theta) ** 2 / sigma**2)
+            if centered:
+                gradient[2:] += residual
+            else:
+                gradient[0] += residual.sum()
+                gradient[1] += tau * (residual @ z)
+                gradient[2:] += tau * residual
+        logp = float(logp + constant)
+        if not np.isfinite(logp) or not np.all(np.isfinite(gradient)):
+            return -np.inf, np.zeros_like(q)
+        return logp, gradient
+    return Target(None, logp_and_grad=logp_and_grad, dim=y.size + 2), None

@@ -24,8 +24,8 @@ class NUTS(Sampler):
     sampling between subtrees). No trajectory length to tune. See ``docs/algorithms.md``
     (section 13).
 
-    Two phases per chain: ``"warmup"`` (``tune`` iterations, default 1000: Stan's adaptation
-    of the step size, to NUTS's acceptance statistic, and of a diagonal mass matrix, or a
+    Two phases per chain: ``"warmup"`` (``tune`` iterations, default 300: Stan's adaptation
+    of the step size, to NUTS's acceptance statistic, and of the mass matrix in windows, or a
     burn-in at the given settings; discarded) and ``"sampling"``.
 
     Parameters
@@ -38,12 +38,19 @@ class NUTS(Sampler):
     max_tree_depth : int
         The most doublings of a trajectory (default 10: at most 1023 leapfrog steps per
         draw). A run whose draws reach it more than 1% of the time is warned about.
-    metric : {"diagonal", "dense", "diagonal_grad", "dense_grad"}
-        The mass matrix the warm-up estimates in each of Stan's slow windows: "diagonal"
-        (default) and "dense" are Stan's (the window's variances or covariance, shrunk);
-        "diagonal_grad" and "dense_grad" use the gradients at the window's draws too
-        (:func:`rnshmc.adaptation.fisher_diagonal`, :func:`~rnshmc.adaptation.fisher_dense`;
-        exact for a Gaussian from a few draws). See ``docs/algorithms.md`` (section 13).
+    metric : {"auto", "diagonal", "dense", "diagonal_grad", "dense_grad", "low_rank"}
+        The mass matrix the warm-up estimates in each of its slow windows. "auto" (default)
+        is "low_rank", which measured the fewest gradients to ESS 1000, warm-up included,
+        on the benchmark's posteriors (``benchmarks/bench_nuts.py``; it applies as a dense
+        matrix, d^2 operations per leapfrog step: for thousands of dimensions and a cheap
+        gradient "diagonal_grad" costs less per step). "diagonal" and "dense" are Stan's
+        (the window's variances or covariance, shrunk, in Stan's windows);
+        "diagonal_grad", "dense_grad" and "low_rank" use the gradients at the window's draws
+        too (:func:`rnshmc.adaptation.fisher_diagonal` and
+        :func:`~rnshmc.adaptation.fisher_dense`, exact for a Gaussian from a few draws;
+        :func:`~rnshmc.adaptation.fisher_low_rank`, the diagonal plus the directions that
+        stand out, from fewer draws than dimensions).
+        See ``docs/algorithms.md`` (section 13).
     mass_matrix, inverse_mass_matrix, adapt_mass_matrix
         As for :class:`~rnshmc.HMC` (a given mass matrix is not adapted, whatever
         ``metric``).
@@ -74,15 +81,23 @@ class NUTS(Sampler):
 
     name = "NUTS"
     WARM_FROM = Phase.SAMPLING
+    # Measured on bench_nuts.py's posteriors with the default metric: 300 iterations reached
+    # ESS 1000 in fewer gradients than 500 or 1000, at the same ESS per gradient after; nutpie
+    # tunes for 300 too, Stan for 1000.
+    DEFAULT_TUNE = 300
 
-    METRICS = ("diagonal", "dense", "diagonal_grad", "dense_grad")
+    METRICS = ("diagonal", "dense", "diagonal_grad", "dense_grad", "low_rank")
+    # what metric="auto" is (see the docstring)
+    AUTO_METRIC = "low_rank"
 
-    def __init__(self, target, *, step_size=None, max_tree_depth=10, metric="diagonal",
+    def __init__(self, target, *, step_size=None, max_tree_depth=10, metric="auto",
                  mass_matrix=None, inverse_mass_matrix=None, adapt_mass_matrix=None,
                  target_accept=0.8, max_energy_error=1000.0):
         super().__init__(target)
+        if metric == "auto":
+            metric = self.AUTO_METRIC
         if metric not in self.METRICS:
-            raise ValueError(f"metric must be one of {self.METRICS}, got {metric!r}")
+            raise ValueError(f"metric must be 'auto' or one of {self.METRICS}, got {metric!r}")
         self.metric = metric
         self.max_tree_depth = check_integer(max_tree_depth, "max_tree_depth", minimum=1)
         self.leapfrog = LeapfrogSettings(step_size, 1, False, mass_matrix, inverse_mass_matrix,

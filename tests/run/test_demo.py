@@ -176,7 +176,7 @@ def test_the_quick_main_job_still_compares_a_surrogate_with_hmc():
     from rnshmc.auto import choose_sampler
     run = settings("pde", "--quick")
     assert run["element"] == "Q1"
-    for n, picked in ((run["n"], "ARNS-HMC"), (run["n"] - 1, "HMC")):
+    for n, picked in ((run["n"], "ARNS-HMC"), (run["n"] - 1, "NUTS")):
         model = rnshmc.models.EllipticPDE(n=n, element=run["element"], rng=0)
         assert choose_sampler(model)[0].name == picked, n
 

@@ -25,7 +25,7 @@ def costly_gaussian():
 def test_the_sampler_follows_what_the_model_offers():
     model, _, _ = correlated_gaussian()
     cheap, why = choose_sampler(model)  # (timed: a 4-d Gaussian is cheaper than a surrogate)
-    assert isinstance(cheap, rnshmc.HMC) and "exact HMC" in why
+    assert isinstance(cheap, rnshmc.NUTS) and "exact NUTS" in why
     costly, why = choose_sampler(costly_gaussian()[0])
     assert isinstance(costly, rnshmc.ARNSHMC) and costly.share_surrogate
     assert "operation counts" in why
@@ -51,7 +51,7 @@ def test_each_default_path_reaches_its_target_and_is_exact(path):
     assert res.stopping["reason"] == "converged"
     assert res.stopping["ess"] >= 1000 and res.stopping["rhat"] <= 1.01
     assert res.samples.shape[0] == 4
-    assert res.choice["sampler"] == {"cheap": "HMC", "costly": "ARNS-HMC",
+    assert res.choice["sampler"] == {"cheap": "NUTS", "costly": "ARNS-HMC",
                                      "no gradient": "GF-RNS-HMC"}[path]
     check_mean(res.samples, mean)
     check_covariance(res.samples, mean, cov)

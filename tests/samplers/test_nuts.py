@@ -103,10 +103,12 @@ def test_e_bfmi_refuses_what_it_cannot_use():
     assert np.isnan(e_bfmi(np.ones(10)))
 
 
-@pytest.mark.parametrize("metric", ["dense", "diagonal_grad", "dense_grad"])
+@pytest.mark.parametrize("metric", ["diagonal", "dense", "diagonal_grad", "dense_grad",
+                                    "low_rank"])
 def test_every_metric_samples_a_correlated_gaussian(metric):
     """Each warm-up metric: the moments right, and a dense one close to the covariance (the
-    Fisher estimate exactly so up to its window's draws; Stan's within its sampling error)."""
+    Fisher estimate exactly so up to its window's draws; Stan's within its sampling error;
+    the low-rank one up to the eigenvalues it leaves at 1, those within a factor 2)."""
     model, mean, cov = correlated_gaussian(dim=4, seed=2)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -118,8 +120,13 @@ def test_every_metric_samples_a_correlated_gaussian(metric):
     if metric == "dense_grad":
         np.testing.assert_allclose(inverse_mass, np.broadcast_to(cov, inverse_mass.shape),
                                    rtol=1e-6, atol=1e-9)
-    elif metric == "diagonal_grad":
+    elif metric in ("diagonal", "diagonal_grad"):
         assert inverse_mass.shape == (4, 4)
+    elif metric == "low_rank":
+        for matrix in inverse_mass:  # the posterior seen through the metric
+            root = np.linalg.cholesky(cov)
+            values = np.linalg.eigvalsh(np.linalg.solve(root, np.linalg.solve(root, matrix).T))
+            assert values.max() / values.min() <= 4.0 * (1 + 1e-6)
     else:
         assert inverse_mass.shape == (4, 4, 4)
         assert np.abs(inverse_mass - cov).max() < 0.3 * np.abs(cov).max()
@@ -127,21 +134,22 @@ def test_every_metric_samples_a_correlated_gaussian(metric):
 
 def test_an_unknown_metric_is_refused():
     model, _, _ = correlated_gaussian(dim=2)
-    with pytest.raises(ValueError, match="metric must be one of"):
+    with pytest.raises(ValueError, match="metric must be 'auto' or one of"):
         rnshmc.NUTS(model, metric="euclidean")
 
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_the_correlated_regression_against_its_closed_form(seed):
-    """The hard posterior of rnshmc.models.hard (condition number in the thousands), with the
-    dense metric: the exact posterior's moments within Monte Carlo error."""
+    """The hard posterior of rnshmc.models.hard (condition number in the thousands), with
+    every default (the low-rank metric, 300 warm-up iterations): the exact posterior's
+    moments within Monte Carlo error."""
     from rnshmc.models.hard import correlated_regression
     target, reference = correlated_regression()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        res = rnshmc.NUTS(target, metric="dense_grad").sample(1000, tune=1000, chains=4,
-                                                              rng=rng_seed(seed),
-                                                              progress=False, pool=None)
+        res = rnshmc.NUTS(target).sample(1000, chains=4, rng=rng_seed(seed), progress=False,
+                                         pool=None)
+    assert res.n_gradient_evals.shape == (4,)  # (tune: the default's warm-up ran)
     check_mean(res.samples, reference["mean"])
     check_covariance(res.samples, reference["mean"], reference["covariance"])
 
@@ -169,3 +177,14 @@ def test_a_banana(seed):
             2000, tune=1000, chains=4, rng=rng_seed(seed), progress=False, pool=None)
     check_mean(res.samples, mean)
     check_covariance(res.samples, mean, cov)
+
+
+def test_the_metrics_from_gradients_install_their_first_estimate_early():
+    """Exact for a Gaussian from a handful of draws, they need not wait for Stan's 75 + 25
+    iterations: windows of 10 doubling from iteration 5 (Stan's own estimates keep Stan's)."""
+    from rnshmc.samplers.phases.base import LeapfrogSettings
+    from rnshmc.samplers.phases.exact import MetricWarmup
+    settings = LeapfrogSettings(None, 1, False, None, None, None, 0.8, 1000.0, dim=3)
+    assert MetricWarmup(settings, "low_rank").schedule(None, 300).ends[:3] == [14, 34, 74]
+    assert MetricWarmup(settings, "dense").schedule(None, 300).ends[0] == 99
+    assert rnshmc.NUTS(correlated_gaussian(dim=2)[0]).metric == "low_rank"  # "auto"
