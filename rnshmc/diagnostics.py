@@ -375,7 +375,11 @@ DIVERGENCE_ADVICE = (
     "inside the support means the model is undefined there: if a parameter is constrained "
     "(positive, in (0, 1)), sample an unconstrained transform of it (log, logit), or return "
     "-inf outside its support. Otherwise the integrator failed there and the region may be "
-    "under-explored: use a smaller step size (or a higher target_accept)")
+    "under-explored: use a smaller step size (or a higher target_accept); where the "
+    "divergences persist, the posterior's scale changes from place to place (a funnel: "
+    "latent values whose spread is a parameter), which no mass matrix fits and a "
+    "reparameterisation fixes (non-centre it: sample standardised latent values z and set "
+    "the latent values to location + scale * z)")
 
 
 class SamplingWarning(RuntimeWarning):

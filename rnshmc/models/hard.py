@@ -63,11 +63,15 @@ def neals_funnel(dim=10, scale=3.0):
             dict(mean=np.zeros(dim), sd_v=scale))
 
 
-def gp_poisson(n=8, seed=0):
+def gp_poisson(n=8, seed=0, centred=True):
     """Counts y_i ~ Poisson(exp(f_i)) at n points in [0, 1], f ~ GP(0, sigma^2 exp(-r^2 /
     (2 l^2))) in the centred parametrisation; parameters (log sigma, log l, f_1..f_n) with
     log sigma ~ N(0, 1) and log l ~ N(log 0.3, 0.5^2). With few counts the latent values
-    shrink towards zero as sigma does: a funnel.
+    shrink towards zero as sigma does: a funnel, which no constant mass matrix fits.
+
+    ``centred=False`` is the same model non-centred: parameters (log sigma, log l,
+    z_1..z_n), z ~ N(0, I) and f = sigma L_l z with L_l the Cholesky factor of the kernel's
+    shape (jitter 1e-6 sigma^2 on its diagonal instead of 1e-6): the funnel is gone.
 
     Returns
     -------
@@ -80,6 +84,8 @@ def gp_poisson(n=8, seed=0):
     y = rng.poisson(np.exp(1.0 + np.sin(2 * np.pi * x)))
     squared = (x[:, None] - x[None, :]) ** 2
     jitter = 1e-6 * np.eye(n)
+    if not centred:
+        return _gp_poisson_noncentred(y, squared, jitter), None
 
     def logp_and_grad(q):
         log_sigma, log_l, f = q[0], q[1], q[2:]
@@ -104,6 +110,34 @@ def gp_poisson(n=8, seed=0):
         gradient[2:] = y - rate - alpha
         return logp, gradient
     return Target(None, logp_and_grad=logp_and_grad, dim=n + 2), None
+
+
+def _gp_poisson_noncentred(y, squared, jitter):
+    """The target of ``gp_poisson(centred=False)``."""
+    n = len(y)
+    lower = np.tril(np.ones((n, n)), -1) + 0.5 * np.eye(n)  # (the derivative's Phi)
+
+    def logp_and_grad(q):
+        log_sigma, log_l, z = q[0], q[1], q[2:]
+        sigma = np.exp(log_sigma)
+        shape = np.exp(-0.5 * squared * np.exp(-2 * log_l)) + jitter
+        L = np.linalg.cholesky(shape)
+        f = sigma * (L @ z)
+        with np.errstate(over="ignore"):
+            rate = np.exp(f)
+        logp = (y @ f - rate.sum() - 0.5 * z @ z - 0.5 * log_sigma ** 2
+                - 0.5 * ((log_l - np.log(0.3)) / 0.5) ** 2)
+        residual = y - rate
+        # d L = L Phi(L^-1 dS L^-T) (Phi: the lower triangle, half the diagonal)
+        dS = (shape - jitter) * squared * np.exp(-2 * log_l)
+        inner = np.linalg.solve(L, np.linalg.solve(L, dS).T)
+        dL = L @ (inner * lower)
+        gradient = np.empty_like(q)
+        gradient[0] = residual @ f - log_sigma
+        gradient[1] = sigma * residual @ (dL @ z) - (log_l - np.log(0.3)) / 0.25
+        gradient[2:] = sigma * (L.T @ residual) - z
+        return logp, gradient
+    return Target(None, logp_and_grad=logp_and_grad, dim=n + 2)
 
 
 def hard_posteriors():

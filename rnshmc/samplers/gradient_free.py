@@ -241,10 +241,11 @@ class GradientFreeRNSHMC(Sampler):
                                 self.share_surrogate, PilotKernel(self.leapfrog, n_steps),
                                 step_cost=check_step_cost(surrogate.get("step_cost", "auto")),
                                 jitter=self.leapfrog.jitter)
-        self.trust = trust_watch(trust, reference="surrogate", **TRUST_DEFAULTS)
+        self.trust = trust_watch(trust, reference="surrogate", kernels=("metropolis",),
+                                 kernel="metropolis", **TRUST_DEFAULTS)
         self.phases = by_name(exploration, self.fit, SurrogateSampling(
             self.fit, self.leapfrog, self.delayed_acceptance, trust=self.trust,
-            keep_gradients=False, exact_kernel="metropolis"))
+            keep_gradients=False))
 
     def warm_parts(self, state):
         self.phases[Phase.SAMPLING].warm(state)

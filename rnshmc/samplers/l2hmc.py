@@ -172,7 +172,8 @@ class L2HMC(Sampler):
         # on a surrogate, a watch with exact HMC as its fallback (no refits: L2HMC's weights
         # were trained on the surrogate it has)
         self.trust = (None if surrogate is None
-                      else trust_watch(trust, reference="surrogate", **TRUST_DEFAULTS))
+                      else trust_watch(trust, reference="surrogate", kernels=("hmc",),
+                                       **TRUST_DEFAULTS))
         # a burn-in of ``tune`` iterations (nothing adapted), then ``draws``
         self.phases = by_name(LearnedPhase(Phase.WARMUP, self),
                               LearnedPhase(Phase.SAMPLING, self, keep=("samples", "records"),

@@ -271,7 +271,7 @@ class RNSRMHMC(Sampler):
         acceptance under ``ratio`` times the exploration's refits the surrogate after a
         stretch of exact HMC (the exploration's step size and mass matrix; a general target
         has no exact metric), and after ``max_refits`` refits the rest of the chain is exact
-        HMC (fallback), recorded in the result and warned about.
+        HMC (fallback; NUTS with ``kernel`` "nuts"), recorded in the result and warned about.
     target_accept, max_energy_error
         As for :class:`~rnshmc.HMC` (the step sizes are adapted to ``target_accept``).
 

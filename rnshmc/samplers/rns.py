@@ -142,9 +142,11 @@ class RNSHMC(Sampler):
         surrogate is refitted to the training data plus those exact states with
         ``refit_growth`` (default 2) times as many hidden units, and the chain goes back to
         the surrogate's dynamics. After ``max_refits`` (default 2) refits a further distrust
-        makes the rest of the chain exact HMC (fallback). Each refit and fallback is
-        recorded in the result (``trust_events``, ``exact_dynamics``) and warned about.
-        False turns the watch off (then only a warning when acceptance collapses).
+        makes the rest of the chain exact HMC (fallback). ``kernel`` "nuts" makes the exact
+        stretches and the fallback NUTS instead (with the exploration's step size and mass
+        matrix; default "hmc"). Each refit and fallback is recorded in the result
+        (``trust_events``, ``exact_dynamics``) and warned about. False turns the watch off
+        (then only a warning when acceptance collapses).
     share_surrogate : bool
         Fit one surrogate to the training data of all the chains' explorations, pooled, and
         sample every chain on it (default True; False: each chain fits its own to its own

@@ -118,15 +118,18 @@ def test_l2hmc_continued_across_its_fallback_equals_uninterrupted(tmp_path):
         assert resumed.trust_events == full.trust_events
 
 
-@pytest.mark.parametrize("name", ["RNSHMC", "ARNSHMC", "RNSRMHMC"])
-def test_continued_across_refits_and_fallback_equals_uninterrupted(name, tmp_path):
+@pytest.mark.parametrize("name, kernel", [("RNSHMC", "hmc"), ("ARNSHMC", "hmc"),
+                                          ("RNSRMHMC", "hmc"), ("RNSHMC", "nuts")])
+def test_continued_across_refits_and_fallback_equals_uninterrupted(name, kernel, tmp_path):
     """Stops where the trust watch switches to exact dynamics, inside an exact stretch, at
-    the refit that ends it, and after the last switch (RNS-HMC: the fallback)."""
+    the refit that ends it, and after the last switch (RNS-HMC: the fallback); the exact
+    kernel HMC or NUTS."""
     riemannian = dict(n_adapt=40, n_steps=3) if name == "RNSRMHMC" else {}
     sampler = getattr(rnshmc, name)(
         correlated_gaussian(), n_hidden=8,
         surrogate=dict(n_train=50, gradient_weight=0.0, whiten=False), explore=dict(n_steps=5),
-        trust=dict(ratio=1.0, window=20, max_refits=1, refit_iterations=60), **riemannian)
+        trust=dict(ratio=1.0, window=20, max_refits=1, refit_iterations=60, kernel=kernel),
+        **riemannian)
     kwargs = dict(draws=400, tune=200, chains=2, rng=rng_seed(5))
     with pytest.warns(RuntimeWarning, match="surrogate was poor"):
         full = sampler.sample(progress=False, **kwargs)

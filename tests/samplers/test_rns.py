@@ -233,6 +233,38 @@ def test_refits_and_fallback_keep_the_chain_exact(seed):
     check_covariance(res.samples, mean, cov)
 
 
+@pytest.mark.parametrize("seed", [1, pytest.param(2, marks=pytest.mark.slow)])
+def test_exact_stretches_and_fallback_on_nuts_keep_the_chain_exact(seed):
+    """trust=dict(kernel="nuts"): the exact stretches and the fallback are NUTS trees (with
+    the exploration's step size and mass matrix), said so, and the moments are right."""
+    model, mean, cov = correlated_gaussian()
+    sampler = rnshmc.RNSHMC(model, trust=dict(ratio=1.0, max_refits=1, refit_growth=1.0,
+                                              refit_iterations=100, kernel="nuts"),
+                            **DISTRUSTED)
+    with pytest.warns(RuntimeWarning, match="surrogate was poor") as caught:
+        res = sampler.sample(4000, tune=400, chains=2, rng=rng_seed(seed), progress=False)
+    poor = [str(w.message) for w in caught if "surrogate was poor" in str(w.message)]
+    assert poor and all("exact NUTS" in text for text in poor)
+    assert res.exact_dynamics.any() and not res.exact_dynamics.all()
+    exact = res.exact_dynamics
+    # trees, not HMC's static trajectories of at most exact_n_steps: some go on to the
+    # posterior's U-turn, further than that
+    assert res.n_steps[exact].max() > res.exact_n_steps.max()
+    np.testing.assert_array_equal(res.n_gradient_evals_sampling,
+                                  np.sum(res.n_steps * exact, axis=1)
+                                  + np.array([len(e) for e in res.trust_events]))
+    check_mean(res.samples, mean)
+    check_covariance(res.samples, mean, cov)
+
+
+def test_a_kernel_the_sampler_cannot_run_is_refused():
+    model, _, _ = correlated_gaussian()
+    with pytest.raises(ValueError, match="kernel must be one of"):
+        rnshmc.RNSHMC(model, trust=dict(kernel="metropolis"))
+    with pytest.raises(ValueError, match="kernel must be one of"):
+        rnshmc.GradientFreeRNSHMC(model, trust=dict(kernel="nuts"))
+
+
 @pytest.mark.parametrize("name, seed", [("RNSHMC", 4), pytest.param("RNSHMC", 5, marks=pytest.mark.slow),
                                         pytest.param("ARNSHMC", 3, marks=pytest.mark.slow)])
 def test_on_a_funnel_the_watch_keeps_up_with_exact_hmc(name, seed):

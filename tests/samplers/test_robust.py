@@ -13,7 +13,31 @@ from rnshmc.targets import without_gradient
 from testkit import check_covariance, check_mean, rng_seed
 
 
-@pytest.mark.parametrize("make", [correlated_regression, neals_funnel, gp_poisson])
+def gp_poisson_noncentred():
+    return gp_poisson(centred=False)
+
+
+def test_the_noncentred_gp_poisson_is_the_same_model():
+    """At sigma = 1 (where the two jitters agree) its log density is the centred one's at
+    f = L z plus the log Jacobian of z -> f, sum log diag L."""
+    centred, _ = gp_poisson()
+    noncentred, _ = gp_poisson(centred=False)
+    rng = np.random.default_rng(rng_seed(5))
+    n = centred.dim - 2
+    x = np.linspace(0.0, 1.0, n)
+    for _ in range(3):
+        log_l, z = np.log(0.3) + 0.3 * rng.standard_normal(), rng.standard_normal(n)
+        L = np.linalg.cholesky(np.exp(-0.5 * (x[:, None] - x[None, :]) ** 2
+                                      * np.exp(-2 * log_l)) + 1e-6 * np.eye(n))
+        f = L @ z
+        expected = (centred.log_density_gradient(np.r_[0.0, log_l, f])[0]
+                    + np.log(np.diag(L)).sum())
+        assert noncentred.log_density_gradient(np.r_[0.0, log_l, z])[0] == pytest.approx(
+            expected, rel=1e-9, abs=1e-8)
+
+
+@pytest.mark.parametrize("make", [correlated_regression, neals_funnel, gp_poisson,
+                                  gp_poisson_noncentred])
 def test_gradients_match_finite_differences(make):
     target, _ = make()
     rng = np.random.default_rng(rng_seed(3))

@@ -17,7 +17,10 @@ from typing import Optional
 
 import numpy as np
 
+from ..._kernels._integrators import Leapfrog
+from ..._kernels._metrics import EuclideanMetric
 from ..._kernels._metropolis import MetropolisChain
+from ..._kernels._transition import NUTSChain
 from ...state import PartState
 from ...validation import check_group, check_integer, check_real, user_stacklevel
 from .base import Phase, euclidean_chain
@@ -26,7 +29,12 @@ from .exploration import evaluated_rows
 from .fit import FitState, mean_jump
 
 TRUST_KEYS = ("ratio", "window", "max_refits", "refit_iterations", "refit_growth",
-              "jump_ratio")
+              "jump_ratio", "kernel")
+# the exact kernels of the trust watch's stretches and fallback, by name, and the name a
+# warning gives each
+EXACT_KERNELS = {"hmc": "exact HMC", "nuts": "exact NUTS", "metropolis": "adaptive Metropolis"}
+# the most doublings of a fallback NUTS tree (rnshmc.NUTS's default)
+FALLBACK_TREE_DEPTH = 10
 # what to try where a surrogate's acceptance collapsed without the trust watch
 COLLAPSE_ADVICE = ("The trust watch (trust=True, the default) refits such a surrogate and falls "
                    "back to exact dynamics where it stays poor; without it, more hidden units "
@@ -79,16 +87,25 @@ class TrustWatch:
     The reference (``reference``) is the exploration's acceptance over its training window
     ("exploration": an exact HMC exploration's, which the surrogate's dynamics should
     match), or the surrogate's own acceptance on its pilot ("surrogate": a random-walk
-    exploration's acceptance says nothing of the dynamics')."""
+    exploration's acceptance says nothing of the dynamics').
+
+    ``kernel`` is the exact stretches' and the fallback's kernel where the sampler offers a
+    choice: "hmc" (static trajectories of the exploration's step size, mass matrix and
+    ``exact_n_steps``) or "nuts" (the No-U-Turn Sampler with the exploration's step size and
+    mass matrix: no trajectory length to choose)."""
 
     REFERENCES = ("exploration", "surrogate")
 
     def __init__(self, ratio=0.5, window=50, max_refits=2, refit_iterations=200,
-                 refit_growth=2.0, reference="exploration", jump_ratio=0.1):
+                 refit_growth=2.0, reference="exploration", jump_ratio=0.1, kernel="hmc",
+                 kernels=("hmc", "nuts")):
         if reference not in self.REFERENCES:
             raise ValueError(f"the trust watch's reference must be one of {self.REFERENCES}, "
                              f"got {reference!r}")
-        self.reference = reference
+        if kernel not in kernels:
+            raise ValueError(f"the trust watch's kernel must be one of {tuple(kernels)} for "
+                             f"this sampler, got {kernel!r}")
+        self.reference, self.kernel = reference, kernel
         self.ratio = check_real(ratio, "trust ratio", lower=0.0, upper=1.0, upper_inclusive=True)
         self.window = check_integer(window, "trust window", minimum=10)
         self.max_refits = check_integer(max_refits, "trust max_refits", minimum=0)
@@ -128,9 +145,10 @@ class WatchedPhase(Phase):
     name : str
     trust : TrustWatch or None
     online : OnlineInstalls or None
-    exact_kernel : {"hmc", "metropolis"}
-        The exact stretches' and the fallback's kernel: exact HMC with the exploration's step
-        size (``FitState.explore_step_size``), or a random walk with its own proposal.
+    exact_kernel : {"hmc", "nuts", "metropolis"}
+        The exact stretches' and the fallback's kernel: exact HMC or NUTS with the
+        exploration's step size (``FitState.explore_step_size``), or a random walk with its
+        own proposal.
     """
 
     # whether a distrust may refit the surrogate (else it falls back at once)
@@ -138,8 +156,9 @@ class WatchedPhase(Phase):
 
     def __init__(self, name, trust=None, online=None, exact_kernel="hmc"):
         super().__init__(name)
-        if exact_kernel not in ("hmc", "metropolis"):
-            raise ValueError(f"exact_kernel must be 'hmc' or 'metropolis', got {exact_kernel!r}")
+        if exact_kernel not in EXACT_KERNELS:
+            raise ValueError(f"exact_kernel must be one of {tuple(EXACT_KERNELS)}, got "
+                             f"{exact_kernel!r}")
         self.trust, self.online, self.exact_kernel = trust, online, exact_kernel
         self.barrier = online  # (the installs of a shared online estimator)
 
@@ -231,7 +250,7 @@ class WatchedPhase(Phase):
         fit = FitState.of(state)
         if mode == "surrogate":
             new.step_size = fit.sampling_step_size
-        elif self.exact_kernel == "hmc":  # (a random walk keeps its proposal's scale)
+        elif self.exact_kernel != "metropolis":  # (a random walk keeps its proposal's scale)
             new.step_size = fit.explore_step_size
         run.keep_current(self.name, new)
 
@@ -261,9 +280,10 @@ class SurrogateSampling(WatchedPhase):
         Keep the dynamics gradient of every draw (an exact stretch's are a refit's data).
     jitter : bool or None
         Draw each trajectory's steps uniformly from {1, ..., L} (None: as the exploration).
-    exact_kernel : {"hmc", "metropolis"}
-        The exact stretches' and the fallback's kernel: exact HMC with the exploration's step
-        size and mass matrix, or the exploration's last adaptive Metropolis proposal, frozen.
+    exact_kernel : {"hmc", "nuts", "metropolis"} or None
+        The exact stretches' and the fallback's kernel: exact HMC or NUTS with the
+        exploration's step size and mass matrix, or the exploration's last adaptive
+        Metropolis proposal, frozen. None: the trust watch's ``kernel`` (HMC without one).
     metric : SurrogateMetric or None
         The generalized leapfrog on the surrogate's Hessian metric (its own steps and jitter)
         instead of the leapfrog on its gradient.
@@ -273,8 +293,10 @@ class SurrogateSampling(WatchedPhase):
     """
 
     def __init__(self, fit, leapfrog, delayed_acceptance=False, trust=None, online=None,
-                 keep_gradients=True, jitter=None, exact_kernel="hmc", metric=None,
+                 keep_gradients=True, jitter=None, exact_kernel=None, metric=None,
                  after_adaptation=False):
+        if exact_kernel is None:
+            exact_kernel = "hmc" if trust is None else trust.kernel
         super().__init__(Phase.SAMPLING, trust, online, exact_kernel)
         self.metric, self.after_adaptation = metric, after_adaptation
         self.fit, self.leapfrog, self.delayed_acceptance = fit, leapfrog, delayed_acceptance
@@ -291,6 +313,10 @@ class SurrogateSampling(WatchedPhase):
             if self.exact_kernel == "metropolis":  # the exploration's last proposal, frozen
                 proposal = ProposalState.of(state)
                 return MetropolisChain(run.target, proposal.covariance, proposal.scale)
+            if self.exact_kernel == "nuts":
+                return NUTSChain(run.target, EuclideanMetric(state.dim, state.inverse_mass),
+                                 Leapfrog(), max_energy_error=self.leapfrog.max_energy_error,
+                                 max_tree_depth=FALLBACK_TREE_DEPTH)
             return euclidean_chain(run.target, state, self.leapfrog.max_energy_error)
         if self.metric is not None:
             return self.metric.make_chain(run, self.fit.surrogate(state))
@@ -301,7 +327,7 @@ class SurrogateSampling(WatchedPhase):
     def trajectory(self, run):
         fit = FitState.of(run.state)
         exact = running_exact(run.state)
-        if exact:  # (a random walk makes one step)
+        if exact:  # (a random walk makes one step, NUTS one tree)
             return (fit.exact_n_steps if self.exact_kernel == "hmc" else 1), self.jitter
         if self.metric is not None:
             return self.metric.leapfrog.n_steps, self.metric.leapfrog.jitter
@@ -447,19 +473,21 @@ def warn_about_surrogate(name, trust, result, reference, reference_is,
     it distrusted (:func:`warn_about_trust_events`); without, about chains whose acceptance
     collapsed under a third of ``reference`` (:func:`warn_if_acceptance_collapsed`)."""
     if trust is not None:
-        warn_about_trust_events(name, trust, result)
+        warn_about_trust_events(name, trust, result,
+                                None if trust.reference == "surrogate" else
+                                EXACT_KERNELS[trust.kernel])
     else:
         warn_if_acceptance_collapsed(name, result.accepted, reference, reference_is, advice)
 
 
-def trust_watch(trust, reference="exploration", **defaults):
+def trust_watch(trust, reference="exploration", kernels=("hmc", "nuts"), **defaults):
     """The :class:`TrustWatch` of a sampler's ``trust`` argument (True or None: the defaults;
-    False: None, no watch; a dict: its ``TRUST_KEYS``), with the sampler's own ``defaults``
-    and ``reference`` under it."""
+    False: None, no watch; a dict: its ``TRUST_KEYS``), with the sampler's own ``defaults``,
+    ``reference`` and exact ``kernels`` (those it can run) under it."""
     if trust is False:
         return None
     given = {} if trust is True or trust is None else check_group(trust, "trust", TRUST_KEYS)
-    return TrustWatch(**{**defaults, **given}, reference=reference)
+    return TrustWatch(**{**defaults, **given}, reference=reference, kernels=kernels)
 
 
 def warn_about_trust_events(name, trust, result, exact=None):
