@@ -146,7 +146,7 @@ def hard_posteriors():
             "GP Poisson": gp_poisson()}
 
 
-def eight_schools(centered=False):
+def eight_schools(centred=False):
     """Eight schools (Rubin 1981; Gelman et al., *Bayesian Data Analysis*, section 5.5): the
     effects y_j of coaching in eight schools, observed with standard errors sigma_j,
 
@@ -161,7 +161,7 @@ def eight_schools(centered=False):
 
     Parameters
     ----------
-    centered : bool
+    centred : bool
         The centred parametrisation instead of the non-centred one.
 
     Returns
@@ -190,7 +190,7 @@ def eight_schools(centered=False):
             logp = -0.5 * (mu / mu_sd) ** 2 - np.log1p(ratio) + log_tau
             gradient[0] = -mu / mu_sd**2
             gradient[1] = 1.0 - 2 * ratio / (1 + ratio)
-            if centered:  # theta_j ~ N(mu, tau^2)
+            if centred:  # theta_j ~ N(mu, tau^2)
                 theta = z
                 r = (theta - mu) / tau
                 logp += -0.5 * r @ r - y.size * log_tau
@@ -203,7 +203,7 @@ def eight_schools(centered=False):
                 gradient[2:] = -z
             residual = (y - theta) / sigma**2  # the likelihood's gradient in theta
             logp += -0.5 * np.sum((y - theta) ** 2 / sigma**2)
-            if centered:
+            if centred:
                 gradient[2:] += residual
             else:
                 gradient[0] += residual.sum()

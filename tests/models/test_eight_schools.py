@@ -11,40 +11,40 @@ Y = np.array([28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0])
 SIGMA = np.array([15.0, 10.0, 16.0, 11.0, 9.0, 11.0, 10.0, 18.0])
 
 
-def scipy_log_density(q, centered):
+def scipy_log_density(q, centred):
     """The same posterior from scipy.stats, with the Jacobian of tau = exp(log tau)."""
     mu, log_tau, z = q[0], q[1], q[2:]
     tau = np.exp(log_tau)
-    theta = z if centered else mu + tau * z
-    school = (stats.norm.logpdf(theta, mu, tau) if centered
+    theta = z if centred else mu + tau * z
+    school = (stats.norm.logpdf(theta, mu, tau) if centred
               else stats.norm.logpdf(z)).sum()
     return (stats.norm.logpdf(mu, 0, 5) + stats.halfcauchy.logpdf(tau, scale=5) + log_tau
             + school + stats.norm.logpdf(Y, theta, SIGMA).sum())
 
 
-def points(centered, n=3):
+def points(centred, n=3):
     rng = np.random.default_rng(rng_seed(11))
     for _ in range(n):
         q = rng.standard_normal(10)
         q[0] = 5 * q[0]
-        if centered:  # (school effects about mu, at the scale tau)
+        if centred:  # (school effects about mu, at the scale tau)
             q[2:] = q[0] + np.exp(q[1]) * q[2:]
         yield q
 
 
-@pytest.mark.parametrize("centered", [False, True])
-def test_log_density_is_scipys(centered):
-    target, reference = eight_schools(centered=centered)
+@pytest.mark.parametrize("centred", [False, True])
+def test_log_density_is_scipys(centred):
+    target, reference = eight_schools(centred=centred)
     assert reference is None and target.dim == 10
-    for q in points(centered):
-        np.testing.assert_allclose(target.log_density(q), scipy_log_density(q, centered),
+    for q in points(centred):
+        np.testing.assert_allclose(target.log_density(q), scipy_log_density(q, centred),
                                    rtol=1e-12, atol=1e-10)
 
 
-@pytest.mark.parametrize("centered", [False, True])
-def test_gradient_matches_finite_differences(centered):
-    target, _ = eight_schools(centered=centered)
-    for q in points(centered):
+@pytest.mark.parametrize("centred", [False, True])
+def test_gradient_matches_finite_differences(centred):
+    target, _ = eight_schools(centred=centred)
+    for q in points(centred):
         logp, gradient = target.log_density_gradient(q)
         h = 1e-5 * max(1.0, np.abs(q).max())
         numeric = [(target.log_density(q + h * e) - target.log_density(q - h * e)) / (2 * h)
