@@ -45,6 +45,42 @@ def test_scales_far_apart_with_the_adapted_diagonal_metric(seed):
     assert np.median(res.tree_depth) <= 3
 
 
+@pytest.mark.parametrize("metric", ["diagonal", "auto"])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_an_isotropic_gaussian(metric, seed):
+    """d = 20, unit variances: the moments right; the trees short (the posterior is what the
+    identity metric assumes)."""
+    model = rnshmc.models.Gaussian(np.full(20, 0.5), covariance=np.eye(20))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = rnshmc.NUTS(model, metric=metric).sample(1000, chains=4, rng=rng_seed(seed),
+                                                       progress=False, pool=None)
+    check_mean(res.samples, np.full(20, 0.5))
+    check_covariance(res.samples, np.full(20, 0.5), np.eye(20))
+    assert np.median(res.tree_depth) <= 3
+
+
+@pytest.mark.parametrize("metric", ["diagonal", "dense", "auto"])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_gaussian_with_correlation_099(metric, seed):
+    """Two pairs correlated 0.99 and unequal scales: with any metric the moments right (the
+    diagonal one with deep trees); the dense metrics' trees short."""
+    block = np.array([[1.0, 0.99], [0.99, 1.0]])
+    scale = np.array([1.0, 3.0, 0.1, 0.5])
+    cov = np.zeros((4, 4))
+    cov[:2, :2], cov[2:, 2:] = block, block
+    cov = scale[:, None] * cov * scale
+    mean = np.array([1.0, -1.0, 0.0, 2.0])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = rnshmc.NUTS(rnshmc.models.Gaussian(mean, covariance=cov), metric=metric).sample(
+            1000, tune=500, chains=4, rng=rng_seed(seed), progress=False, pool=None)
+    check_mean(res.samples, mean)
+    check_covariance(res.samples, mean, cov)
+    if metric != "diagonal":
+        assert np.median(res.tree_depth) <= 3
+
+
 def test_a_saturated_tree_depth_is_warned_about():
     """An unadapted step size far below the posterior's scale: every tree reaches
     max_tree_depth, and the result says so with what fixes it."""
