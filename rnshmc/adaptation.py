@@ -209,7 +209,7 @@ class LowRankMetric:
     """An inverse mass matrix diag(s) (I + U (diag(lam) - I) U^T) diag(s): a diagonal scaling
     ``s`` and, in the scaled space, the eigenvalues ``lam`` and orthonormal eigenvectors ``U``
     (columns) of the directions where the posterior's scale differs from 1 (the rest are
-    left at 1). What :func:`fisher_low_rank` returns.
+    left at 1). What :func:`~rnshmc.adaptation.fisher_low_rank` returns.
 
     Attributes
     ----------
@@ -236,9 +236,10 @@ class LowRankMetric:
 def fisher_low_rank(draws, gradients, gamma=1e-5, cutoff=2.0):
     """A low-rank-plus-diagonal inverse mass matrix from ``draws`` and the gradients of the
     log density at them, after nutpie's (Seyboldt et al.): the diagonal of
-    :func:`fisher_diagonal` scales the space; in the scaled space, the geometric mean of the
-    draws' and the inverse gradients' covariances (:func:`fisher_dense`'s estimate) is formed
-    on the subspace the draws and gradients span, each covariance regularised towards the
+    :func:`~rnshmc.adaptation.fisher_diagonal` scales the space; in the scaled space, the
+    geometric mean of the draws' and the inverse gradients' covariances (the estimate of
+    :func:`~rnshmc.adaptation.fisher_dense`) is formed on the subspace the draws and
+    gradients span, each covariance regularised towards the
     identity by ``gamma`` relative to the other's scale; its eigendirections whose
     eigenvalue is above ``cutoff`` or below ``1 / cutoff`` are kept, the rest of the space
     left at the diagonal. Needs no more draws than dimensions (the directions they do not
