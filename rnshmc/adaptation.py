@@ -164,6 +164,13 @@ def _symmetric_power(matrix, power):
     return (vectors * values ** power) @ vectors.T
 
 
+def _geometric_mean_with_inverse(A, B):
+    """The SPD S with S B S = A: the geometric mean of A and B^-1."""
+    B_half, B_inverse_half = _symmetric_power(B, 0.5), _symmetric_power(B, -0.5)
+    S = B_inverse_half @ _symmetric_power(B_half @ A @ B_half, 0.5) @ B_inverse_half
+    return 0.5 * (S + S.T)
+
+
 def fisher_dense(draws, gradients, regularization=0.0):
     """The dense inverse mass matrix S with S Cov(grad log p) S = Cov(x): the geometric mean
     of Cov(x) and Cov(grad log p)^-1, from ``draws`` and the gradients of the log density at
@@ -199,10 +206,7 @@ def fisher_dense(draws, gradients, regularization=0.0):
         raise ValueError(f"the draws' or the gradients' covariance is singular ({len(draws)} "
                          f"draws in {dim} dimensions): give more distinct draws or a "
                          "regularization > 0")
-    B_half = _symmetric_power(B, 0.5)
-    B_inverse_half = _symmetric_power(B, -0.5)
-    S = B_inverse_half @ _symmetric_power(B_half @ A @ B_half, 0.5) @ B_inverse_half
-    return 0.5 * (S + S.T)
+    return _geometric_mean_with_inverse(A, B)
 
 
 class LowRankMetric:
@@ -282,9 +286,7 @@ def fisher_low_rank(draws, gradients, gamma=1e-5, cutoff=2.0):
     k = basis.shape[1]
     A = Zp @ Zp.T / gamma + np.eye(k)
     B = Gp @ Gp.T / gamma + np.eye(k)
-    B_half, B_inverse_half = _symmetric_power(B, 0.5), _symmetric_power(B, -0.5)
-    mean = B_inverse_half @ _symmetric_power(B_half @ A @ B_half, 0.5) @ B_inverse_half
-    values, vectors = np.linalg.eigh(0.5 * (mean + mean.T))
+    values, vectors = np.linalg.eigh(_geometric_mean_with_inverse(A, B))
     keep = (values > cutoff) | (values < 1.0 / cutoff)
     return LowRankMetric(scale, values[keep], basis @ vectors[:, keep])
 

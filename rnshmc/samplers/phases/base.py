@@ -29,7 +29,7 @@ import numpy as np
 from ..._kernels._chain import NonFiniteStart
 from ..._kernels._integrators import Leapfrog
 from ..._kernels._metrics import EuclideanMetric
-from ..._kernels._transition import Chain
+from ..._kernels._transition import Chain, NUTSChain
 from ...state import PartState
 from ...validation import check_integer, check_inverse_mass, check_per_chain_real, check_real
 
@@ -138,6 +138,12 @@ def euclidean_chain(dynamics, state, max_energy_error, test=None, delayed_accept
     with the chain's inverse mass matrix."""
     return Chain(dynamics, test, EuclideanMetric(state.dim, state.inverse_mass), Leapfrog(),
                  max_energy_error=max_energy_error, delayed_acceptance=delayed_acceptance)
+
+
+def nuts_chain(target, state, max_energy_error, max_tree_depth):
+    """A NUTS chain on ``target`` with the chain's inverse mass matrix."""
+    return NUTSChain(target, EuclideanMetric(state.dim, state.inverse_mass), Leapfrog(),
+                     max_energy_error=max_energy_error, max_tree_depth=max_tree_depth)
 
 
 def continue_from_previous(run, chain):

@@ -17,13 +17,10 @@ from typing import Optional
 
 import numpy as np
 
-from ..._kernels._integrators import Leapfrog
-from ..._kernels._metrics import EuclideanMetric
 from ..._kernels._metropolis import MetropolisChain
-from ..._kernels._transition import NUTSChain
 from ...state import PartState
 from ...validation import check_group, check_integer, check_real, user_stacklevel
-from .base import Phase, euclidean_chain
+from .base import Phase, euclidean_chain, nuts_chain
 from .exact import ProposalState
 from .exploration import evaluated_rows
 from .fit import FitState, mean_jump
@@ -314,9 +311,8 @@ class SurrogateSampling(WatchedPhase):
                 proposal = ProposalState.of(state)
                 return MetropolisChain(run.target, proposal.covariance, proposal.scale)
             if self.exact_kernel == "nuts":
-                return NUTSChain(run.target, EuclideanMetric(state.dim, state.inverse_mass),
-                                 Leapfrog(), max_energy_error=self.leapfrog.max_energy_error,
-                                 max_tree_depth=FALLBACK_TREE_DEPTH)
+                return nuts_chain(run.target, state, self.leapfrog.max_energy_error,
+                                  FALLBACK_TREE_DEPTH)
             return euclidean_chain(run.target, state, self.leapfrog.max_energy_error)
         if self.metric is not None:
             return self.metric.make_chain(run, self.fit.surrogate(state))

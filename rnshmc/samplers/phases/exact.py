@@ -15,14 +15,11 @@ import dataclasses
 
 import numpy as np
 
-from ..._kernels._integrators import Leapfrog
-from ..._kernels._metrics import EuclideanMetric
 from ..._kernels._metropolis import MetropolisChain
-from ..._kernels._transition import NUTSChain
 from ...adaptation import (WarmupSchedule, fisher_dense, fisher_diagonal, fisher_low_rank,
                            initial_step_size, regularized_variance, terminal_buffer)
 from ...state import PartState
-from .base import Phase, euclidean_chain
+from .base import Phase, euclidean_chain, nuts_chain
 
 # the first window of adaptive Metropolis's proposal covariance (then doubling, Stan's schedule)
 FIRST_WINDOW = 50
@@ -261,9 +258,8 @@ class NUTSPhase(HMCPhase):
         return 1, False  # (one tree per transition)
 
     def make_chain(self, run):
-        return NUTSChain(run.target, EuclideanMetric(run.state.dim, run.state.inverse_mass),
-                         Leapfrog(), max_energy_error=self.leapfrog.max_energy_error,
-                         max_tree_depth=self.max_tree_depth)
+        return nuts_chain(run.target, run.state, self.leapfrog.max_energy_error,
+                          self.max_tree_depth)
 
 
 @dataclasses.dataclass
