@@ -35,7 +35,7 @@ transition and its state.
 """
 from libc.math cimport exp, log, pow, sqrt, isfinite, INFINITY, NAN
 from libc.stdint cimport int64_t
-from libc.string cimport memcpy, memset
+from libc.string cimport memcmp, memcpy, memset
 
 import numpy as np
 
@@ -583,14 +583,16 @@ cdef class Chain(BaseChain):
 # the No-U-Turn Sampler
 
 # the tree's points, each a row of (q, p, grad U, U): the point the integrator moves, the
-# trajectory's two ends, the sample, the subtree's proposal, then one proposal per tree level
+# trajectory's two ends, the sample, the subtree's proposal, the tree's start, then one
+# proposal per tree level
 cdef enum NUTSPoint:
     Z_NOW = 0
     Z_FORWARD = 1
     Z_BACKWARD = 2
     Z_SAMPLE = 3
     Z_PROPOSE = 4
-    Z_LEVELS = 5
+    Z_START = 5
+    Z_LEVELS = 6
 # the vectors of the top of the tree: the sharp momenta (M^-1 p) and momenta at the inner and
 # outer ends of the forward and backward subtrees, the momentum sums
 cdef enum NUTSVector:
@@ -632,17 +634,29 @@ cdef inline double log_sum_exp(double a, double b) noexcept nogil:
 
 
 cdef class NUTSChain(Chain):
-    """The No-U-Turn Sampler as Stan runs it (internal; the NUTS sampler builds it): a
+    """The No-U-Turn Sampler as Stan runs it (internal; the NUTS samplers build it): a
     trajectory doubled in a random direction until its ends turn back on each other (the
     generalized criterion on the sharp momenta M^-1 p, across the merged subtrees too) or
     ``max_tree_depth`` doublings, the draw chosen from it by multinomial sampling (biased
     progressive between subtrees, uniform within them), a divergence where a point's energy
     exceeds the start's by ``max_energy_error``. See ``docs/algorithms.md`` (NUTS).
 
-    The dynamics and the test target are one (exact NUTS). Each transition's record holds the
-    tree depth, the leapfrog steps, the energy of the draw and Stan's acceptance statistic
-    (the mean over the tree's points of min(1, exp(H0 - H))), which the step size's dual
-    averaging follows. ``accepted`` says whether the draw is not the starting point.
+    Without a ``test`` target the dynamics target is the target (exact NUTS). Each
+    transition's record holds the tree depth, the leapfrog steps, the energy of the draw and
+    Stan's acceptance statistic (the mean over the tree's points of min(1, exp(H0 - H))),
+    which the step size's dual averaging follows. ``accepted`` says whether the draw is not
+    the starting point.
+
+    With a ``test`` target (surrogate NUTS) the trees run on the dynamics target (a
+    surrogate, potential U~) and are a proposal: ``inner_steps`` NUTS transitions on U~, which
+    leave exp(-U~) invariant and are reversible for it, from the chain's state x to y, then
+    the surrogate-transition test (Liu 2001, section 9.4.3; Christen and Fox 2005) accepts y
+    with probability min(1, exp[(U(x) - U~(x)) - (U(y) - U~(y))]) on the test target's U,
+    which makes the chain reversible for exp(-U) whatever U~ is. One test evaluation per
+    transition, none when y is x. ``accept_prob`` is that test's probability (1 when y is x),
+    ``accepted`` whether the chain moved, ``tree_depth`` the deepest tree's. Its step size is
+    not adapted here (a surrogate NUTS chain's warm-up is exact NUTS on the surrogate alone).
+    See ``docs/algorithms.md`` (surrogate NUTS).
     """
     cdef readonly int max_tree_depth
     cdef object _points
@@ -650,17 +664,24 @@ cdef class NUTSChain(Chain):
     cdef double* points
     cdef double* vectors
     cdef Py_ssize_t point_size
+    cdef readonly int inner_steps
     cdef double sum_metro_prob
     cdef bint divergent
 
     def __init__(self, CTarget target, Metric metric=None, Integrator integrator=None,
-                 double max_energy_error=1000.0, int max_tree_depth=10):
+                 double max_energy_error=1000.0, int max_tree_depth=10, CTarget test=None,
+                 int inner_steps=1):
         if not isinstance(integrator, Leapfrog):
             raise TypeError("NUTS runs the leapfrog")
         if max_tree_depth < 1:
             raise ValueError(f"max_tree_depth must be at least 1, got {max_tree_depth}")
-        Chain.__init__(self, target, None, metric, integrator, max_energy_error)
+        if inner_steps < 1:
+            raise ValueError(f"inner_steps must be at least 1, got {inner_steps}")
+        if inner_steps > 1 and test is None:
+            raise ValueError("inner_steps > 1 needs a test target (surrogate NUTS)")
+        Chain.__init__(self, target, test, metric, integrator, max_energy_error)
         self.max_tree_depth = max_tree_depth
+        self.inner_steps = inner_steps
         self.point_size = 3 * self.dim + 1
         self._points = np.zeros((Z_LEVELS + max_tree_depth, self.point_size))
         self._vectors = np.zeros((TOP_VECTORS + LEVEL_VECTORS * (max_tree_depth + 1), self.dim))
@@ -715,7 +736,8 @@ cdef class NUTSChain(Chain):
             self.integrator.run(self.dynamics, self.metric, self.scratch, z, z + d, z + 2 * d,
                                 self.v, sign * self.step_size, 1, True, &U, &kinetic, &info)
             self.n_gradient_evals += info.n_gradients
-            self.n_density_evals += info.n_gradients
+            if self.same_target:  # (a model's gradient evaluates its density as well)
+                self.n_density_evals += info.n_gradients
             n_leapfrog[0] += 1
             z[3 * d] = U
             h = U + kinetic
@@ -773,21 +795,22 @@ cdef class NUTSChain(Chain):
         persist = persist and self.no_u_turn(ps_init_end, p_sharp_end, rho_extended)
         return 1 if persist else 0
 
-    cdef int transition(self, bitgen_t* bitgen, const RunSettings* settings,
-                        Transition* record) except -1 nogil:
+    cdef double tree(self, bitgen_t* bitgen, int* depth_out, Py_ssize_t* n_leapfrog,
+                     bint* moved) except? -1 nogil:
+        """One NUTS transition on the dynamics target from the point Z_START (its q, grad U
+        and U; a fresh momentum): the draw into Z_SAMPLE with its momentum. Returns the start's
+        energy H0; counts the leapfrog steps into ``n_leapfrog``, says whether the draw is not
+        the start and how deep the tree grew."""
         cdef Py_ssize_t d = self.dim
         cdef double* z = self.point(Z_NOW)
-        cdef double* sample
         cdef double H0, log_sum_weight, log_weight_subtree
-        cdef Py_ssize_t n_leapfrog = 0, k
+        cdef Py_ssize_t k
         cdef int depth = 0, valid
-        cdef bint persist, moved = False
-        # the start: the chain's state and a fresh momentum
-        memcpy(z, self.q, d * sizeof(double))
-        memcpy(z + 2 * d, self.grad, d * sizeof(double))
-        z[3 * d] = self.U_test
+        cdef bint persist
+        moved[0] = False
+        self.copy_point(Z_START, Z_NOW)
         self.metric.draw_momentum(bitgen, z + d)
-        H0 = self.U_test + self.metric.kinetic(z + d, self.v)
+        H0 = z[3 * d] + self.metric.kinetic(z + d, self.v)
         self.copy_point(Z_NOW, Z_FORWARD)
         self.copy_point(Z_NOW, Z_BACKWARD)
         self.copy_point(Z_NOW, Z_SAMPLE)
@@ -796,8 +819,6 @@ cdef class NUTSChain(Chain):
         for k in range(P_FWD_BCK, RHO + 1):  # (the momenta and their sum)
             self.copy_vector(z + d, self.top(k))
         log_sum_weight = 0.0  # the start's weight, exp(H0 - H0)
-        self.sum_metro_prob = 0.0
-        self.divergent = False
         while depth < self.max_tree_depth:
             memset(self.top(RHO_FWD), 0, d * sizeof(double))
             memset(self.top(RHO_BCK), 0, d * sizeof(double))
@@ -810,7 +831,7 @@ cdef class NUTSChain(Chain):
                 valid = self.build_tree(bitgen, depth, Z_PROPOSE, self.top(PS_FWD_BCK),
                                         self.top(PS_FWD_FWD), self.top(RHO_FWD),
                                         self.top(P_FWD_BCK), self.top(P_FWD_FWD), H0, 1.0,
-                                        &n_leapfrog, &log_weight_subtree)
+                                        n_leapfrog, &log_weight_subtree)
                 self.copy_point(Z_NOW, Z_FORWARD)
             else:
                 self.copy_point(Z_BACKWARD, Z_NOW)
@@ -820,7 +841,7 @@ cdef class NUTSChain(Chain):
                 valid = self.build_tree(bitgen, depth, Z_PROPOSE, self.top(PS_BCK_FWD),
                                         self.top(PS_BCK_BCK), self.top(RHO_BCK),
                                         self.top(P_BCK_FWD), self.top(P_BCK_BCK), H0, -1.0,
-                                        &n_leapfrog, &log_weight_subtree)
+                                        n_leapfrog, &log_weight_subtree)
                 self.copy_point(Z_NOW, Z_BACKWARD)
             if not valid:
                 break
@@ -828,10 +849,10 @@ cdef class NUTSChain(Chain):
             # biased progressive sampling between the old tree and the new subtree
             if log_weight_subtree > log_sum_weight:
                 self.copy_point(Z_PROPOSE, Z_SAMPLE)
-                moved = True
+                moved[0] = True
             elif random_standard_uniform(bitgen) < exp(log_weight_subtree - log_sum_weight):
                 self.copy_point(Z_PROPOSE, Z_SAMPLE)
-                moved = True
+                moved[0] = True
             log_sum_weight = log_sum_exp(log_sum_weight, log_weight_subtree)
             self.add_vectors(self.top(RHO_BCK), self.top(RHO_FWD), self.top(RHO))
             persist = self.no_u_turn(self.top(PS_BCK_BCK), self.top(PS_FWD_FWD), self.top(RHO))
@@ -843,21 +864,78 @@ cdef class NUTSChain(Chain):
                                                  self.top(RHO_EXTENDED))
             if not persist:
                 break
-        sample = self.point(Z_SAMPLE)
-        memcpy(self.q, sample, d * sizeof(double))
-        memcpy(self.grad, sample + 2 * d, d * sizeof(double))
-        self.U_dyn = self.U_test = sample[3 * d]
-        memcpy(self.q_new, sample, d * sizeof(double))
-        self.U_proposal = NAN
-        record.accept_prob = self.sum_metro_prob / n_leapfrog if n_leapfrog else 0.0
-        record.energy = sample[3 * d] + self.metric.kinetic(sample + d, self.v)
+        depth_out[0] = depth
+        return H0
+
+    cdef int transition(self, bitgen_t* bitgen, const RunSettings* settings,
+                        Transition* record) except -1 nogil:
+        cdef Py_ssize_t d = self.dim
+        cdef double* start = self.point(Z_START)
+        cdef double* sample = self.point(Z_SAMPLE)
+        cdef double H0, U_test_new, log_ratio, prob
+        cdef Py_ssize_t n_leapfrog = 0
+        cdef int depth = 0, deepest = 0, step
+        cdef bint moved, accept
+        # the start: the chain's state (its dynamics potential and gradient)
+        memcpy(start, self.q, d * sizeof(double))
+        memcpy(start + 2 * d, self.grad, d * sizeof(double))
+        start[3 * d] = self.U_dyn
+        self.sum_metro_prob = 0.0
+        self.divergent = False
+        for step in range(self.inner_steps):
+            if step > 0:
+                self.copy_point(Z_SAMPLE, Z_START)
+            H0 = self.tree(bitgen, &depth, &n_leapfrog, &moved)
+            deepest = depth if depth > deepest else deepest
         record.step_size = self.step_size
         record.n_steps = n_leapfrog
         record.solver_iterations = 0
-        record.tree_depth = depth
-        record.accepted = moved
+        record.tree_depth = deepest
         record.diverging = self.divergent
         record.solver_failed = False
+        # (Stan's acceptance statistic: the mean over the tree's points, that step size
+        # adaptation follows)
+        prob = self.sum_metro_prob / n_leapfrog if n_leapfrog else 0.0
+        moved = memcmp(sample, self.q, d * sizeof(double)) != 0
+        memcpy(self.q_new, sample, d * sizeof(double))  # (the proposal, kept or not)
+        self.U_proposal = NAN
+        if self.same_target:
+            accept = moved
+        elif not moved:  # (y is x: the test accepts, and needs no evaluation)
+            prob = 1.0
+            accept = False
+        else:
+            # the surrogate-transition test on the test target's potential at y
+            self.test.potential(sample, &U_test_new, self.scratch)
+            self.n_density_evals += 1
+            log_ratio = (self.U_test - self.U_dyn) - (U_test_new - sample[3 * d])
+            if isfinite(U_test_new):
+                self.U_proposal = U_test_new
+            if not (isfinite(U_test_new) and log_ratio == log_ratio):
+                prob = 0.0
+            else:
+                prob = 1.0 if log_ratio >= 0.0 else exp(log_ratio)
+            accept = random_standard_uniform(bitgen) < prob
+            if accept:
+                self.U_test = U_test_new
+        if accept:
+            memcpy(self.q, sample, d * sizeof(double))
+            memcpy(self.grad, sample + 2 * d, d * sizeof(double))
+            self.U_dyn = sample[3 * d]
+            if self.same_target:
+                self.U_test = self.U_dyn
+            record.energy = self.U_test + self.metric.kinetic(sample + d, self.v)
+        else:
+            record.energy = self.U_test - self.U_dyn + H0
+        record.accept_prob = prob
+        record.accepted = accept
         record.log_density = -self.U_test
         self.adapt(settings, record)
         return 0
+
+    cdef int check_run(self, Py_ssize_t n_iter, const RunSettings* settings, bint gradients,
+                       bint trajectory) except -1:
+        if settings.adapt_step_size and not self.same_target:
+            raise ValueError("surrogate NUTS does not adapt its step size: adapt it with "
+                             "exact NUTS on the surrogate alone")
+        return Chain.check_run(self, n_iter, settings, gradients, trajectory)

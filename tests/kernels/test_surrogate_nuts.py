@@ -1,0 +1,232 @@
+"""Surrogate NUTS in C (rnshmc._kernels._transition.NUTSChain with a test target): NUTS on a
+surrogate potential U~ proposes, the surrogate-transition test on the true U accepts
+(docs/algorithms.md, surrogate NUTS):
+
+* the test's probability against a direct computation, min(1, exp[(U(x) - U~(x)) - (U(y) -
+  U~(y))]), one exact evaluation per transition that moves and none when the tree returns
+  its start;
+* exact with deliberately poor surrogates, over several seeds: a Gaussian surrogate of a
+  banana, a shifted and mis-scaled surrogate of a correlated Gaussian, a surrogate with the
+  wrong tails (a 1-d target's histogram against its density), with one and with several
+  surrogate transitions per test; and a power check: without the test the same chains sample
+  the surrogate, and the same moment check fails;
+* a chain continued from its state draws what the uninterrupted one does.
+"""
+import numpy as np
+import pytest
+from scipy import stats
+
+from rnshmc import Target
+from rnshmc._kernels._chain import TRANSITION
+from rnshmc._kernels._integrators import Leapfrog
+from rnshmc._kernels._metrics import EuclideanMetric
+from rnshmc._kernels._transition import NUTSChain
+from rnshmc.models import Gaussian
+from rnshmc.targets import as_ctarget
+
+from testkit import check_covariance, check_mean, correlated_gaussian, rng_seed
+
+SEEDS = [0, 1, 2]
+
+
+def banana(sd=2.0, twist=0.15):
+    """A twisted Gaussian: x1 ~ N(0, sd^2), x2 = z + twist (x1^2 - sd^2), z ~ N(0, 1); mean 0,
+    covariance diag(sd^2, 1 + 2 twist^2 sd^4)."""
+    def banana_logp_and_grad(x):
+        r = x[1] - twist * (x[0] ** 2 - sd ** 2)
+        return (-0.5 * x[0] ** 2 / sd ** 2 - 0.5 * r ** 2,
+                np.array([-x[0] / sd ** 2 + 2 * twist * x[0] * r, -r]))
+    return (Target(None, logp_and_grad=banana_logp_and_grad, dim=2), np.zeros(2),
+            np.diag([sd ** 2, 1 + 2 * twist ** 2 * sd ** 4]))
+
+
+def surrogate_nuts(surrogate, target, dim, step_size, inverse_mass=None, inner_steps=1,
+                   start=None, max_tree_depth=10):
+    """A surrogate NUTS chain: trees on ``surrogate``, the test on ``target`` (None: NUTS on
+    the surrogate alone, no test)."""
+    chain = NUTSChain(as_ctarget(surrogate, dim), EuclideanMetric(dim, inverse_mass),
+                      Leapfrog(), max_tree_depth=max_tree_depth,
+                      test=None if target is None else as_ctarget(target, dim),
+                      inner_steps=inner_steps)
+    chain.set_position(np.zeros(dim) if start is None else start)
+    chain.step_size = step_size
+    return chain
+
+
+def run(chain, generator, n):
+    samples, records = np.empty((n, chain.dim)), np.empty(n, TRANSITION)
+    chain.run(generator, n, 1, False, samples, records)
+    return samples, records
+
+
+def sample_chains(make, seed, n, chains=4):
+    """(chains, n, dim) draws of ``chains`` chains from ``make()``, and their records."""
+    out, records = [], []
+    for c in range(chains):
+        chain = make()
+        samples, recs = run(chain, np.random.default_rng(rng_seed(100 * seed + c)), n)
+        out.append(samples)
+        records.append(recs)
+    return np.array(out), np.array(records)
+
+
+# --------------------------------------------------------------------------------------------
+# the test itself
+
+
+def test_the_acceptance_probability_is_the_surrogate_transition_ratio():
+    """Each transition's recorded probability is min(1, exp[(U(x) - U~(x)) - (U(y) -
+    U~(y))]) for its start x and its proposal y, computed here directly; a transition that
+    moves costs one exact evaluation and lands on y or stays at x."""
+    target, _, _ = banana()
+    surrogate = Gaussian(np.array([0.5, 0.0]), covariance=np.diag([2.0, 3.0]))
+    U = lambda q: -target.log_density(q)
+    U_tilde = lambda q: -surrogate.log_density(q)
+    chain = surrogate_nuts(surrogate, target, 2, 0.6, start=np.array([1.0, 0.5]))
+    generator = np.random.default_rng(rng_seed(3))
+    samples, records = np.empty((1, 2)), np.empty(1, TRANSITION)
+    proposal = np.empty((1, 3))
+    probabilities = []
+    for _ in range(200):
+        x, evals = chain.position, chain.n_density_evals
+        chain.run(generator, 1, 1, False, samples, records, proposals=proposal)
+        y, U_y = proposal[0, :2], proposal[0, 2]
+        if np.array_equal(y, x):  # (the tree returned its start)
+            assert chain.n_density_evals == evals and np.isnan(U_y)
+            assert records["accept_prob"][0] == 1.0 and not records["accepted"][0]
+            continue
+        assert chain.n_density_evals == evals + 1
+        assert U_y == pytest.approx(U(y), rel=1e-12)
+        direct = min(1.0, np.exp((U(x) - U_tilde(x)) - (U(y) - U_tilde(y))))
+        assert records["accept_prob"][0] == pytest.approx(direct, rel=1e-10, abs=1e-14)
+        probabilities.append(direct)
+        np.testing.assert_array_equal(samples[0], y if records["accepted"][0] else x)
+        assert chain.log_density == pytest.approx(-U(samples[0]), rel=1e-12)
+    # (a poor surrogate: both outcomes occur)
+    assert 0.05 < np.mean(probabilities) < 0.95
+
+
+def test_no_exact_evaluation_when_the_tree_returns_its_start():
+    """A step size past the stability limit diverges on the first step: the tree returns its
+    start, the test needs no evaluation, and the chain stays."""
+    target, _, _ = banana()
+    surrogate = Gaussian(np.zeros(2), covariance=np.eye(2) * 1e-4)
+    chain = surrogate_nuts(surrogate, target, 2, 10.0, start=np.array([0.01, 0.0]))
+    before = chain.n_density_evals
+    samples, records = run(chain, np.random.default_rng(rng_seed(0)), 20)
+    assert chain.n_density_evals == before
+    assert not records["accepted"].any() and records["diverging"].all()
+    assert (records["accept_prob"] == 1.0).all()
+    np.testing.assert_array_equal(samples, np.tile([0.01, 0.0], (20, 1)))
+
+
+def test_refuses_what_it_cannot_do():
+    target, _, _ = banana()
+    surrogate = Gaussian(np.zeros(2), covariance=np.eye(2))
+    chain = surrogate_nuts(surrogate, target, 2, 0.5)
+    samples, records = np.empty((5, 2)), np.empty(5, TRANSITION)
+    chain.restart_step_size_adaptation(0.5, 0.8)
+    with pytest.raises(ValueError, match="surrogate alone"):
+        chain.run(np.random.default_rng(0), 5, 1, False, samples, records,
+                  adapt_step_size=True)
+    with pytest.raises(ValueError, match="inner_steps"):
+        NUTSChain(as_ctarget(surrogate, 2), EuclideanMetric(2, None), Leapfrog(),
+                  inner_steps=0, test=as_ctarget(target, 2))
+    with pytest.raises(ValueError, match="test target"):
+        NUTSChain(as_ctarget(surrogate, 2), EuclideanMetric(2, None), Leapfrog(),
+                  inner_steps=2)
+
+
+# --------------------------------------------------------------------------------------------
+# exact with poor surrogates
+
+
+@pytest.mark.parametrize("inner_steps", [1, 3])
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_gaussian_surrogate_of_a_banana(seed, inner_steps):
+    """The banana's moments from trees on a Gaussian blind to its bend (twice its
+    covariance), within Monte Carlo error. (Where the surrogate's tails are lighter than the
+    target's the chains are exact too but sticky where they reach them, and short runs
+    under-visit them: with twist 0.3 and the banana's own covariance, 3000 draws per chain
+    put the mean of x2 6 standard errors low, 30000 within 0.3. The histogram test below
+    has such tails, and long chains.)"""
+    target, mean, cov = banana()
+    surrogate = Gaussian(np.zeros(2), covariance=2 * cov)
+    samples, records = sample_chains(
+        lambda: surrogate_nuts(surrogate, target, 2, 0.7, inner_steps=inner_steps), seed, 4000)
+    assert 0.2 < records["accept_prob"].mean() < 0.9  # (poor, not useless)
+    check_mean(samples, mean)
+    check_covariance(samples, mean, cov)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_shifted_and_mis_scaled_surrogate_of_a_correlated_gaussian(seed):
+    model, mean, cov = correlated_gaussian(dim=4, seed=seed)
+    shift = 0.5 * np.sqrt(np.diag(cov))
+    surrogate = Gaussian(mean + shift, covariance=np.diag(1.5 * np.diag(cov)))
+    samples, _ = sample_chains(
+        lambda: surrogate_nuts(surrogate, model, 4, 0.5, np.diag(cov), start=mean), seed, 3000)
+    check_mean(samples, mean)
+    check_covariance(samples, mean, cov)
+
+
+def test_the_moment_check_catches_the_surrogate_without_its_test():
+    """The power check: the same trees without the test sample the surrogate, and the moment
+    checks above fail on them, for each poor surrogate."""
+    target, mean, cov = banana()
+    samples, _ = sample_chains(
+        lambda: surrogate_nuts(Gaussian(np.zeros(2), covariance=2 * cov), None, 2, 0.7), 0,
+        4000)
+    with pytest.raises(AssertionError):
+        check_covariance(samples, mean, cov)
+    model, mean, cov = correlated_gaussian(dim=4, seed=0)
+    surrogate = Gaussian(mean + 0.5 * np.sqrt(np.diag(cov)),
+                         covariance=np.diag(1.5 * np.diag(cov)))
+    samples, _ = sample_chains(
+        lambda: surrogate_nuts(surrogate, None, 4, 0.5, np.diag(cov), start=mean), 0, 3000)
+    with pytest.raises(AssertionError):
+        check_mean(samples, mean)
+
+
+def logistic_target():
+    """A standard logistic density (its tails e^-|x|, heavier than a Gaussian's)."""
+    def logistic_logp_and_grad(x):
+        return float(-x[0] - 2 * np.logaddexp(0.0, -x[0])), np.array([-np.tanh(x[0] / 2)])
+    return Target(None, logp_and_grad=logistic_logp_and_grad, dim=1)
+
+
+@pytest.mark.parametrize("inner_steps", [1, 2])
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_surrogate_wrong_in_the_tails_histogram(seed, inner_steps):
+    """A 1-d logistic target, a Gaussian surrogate with its variance (tails far too light: a
+    chain that reaches them sticks there a while, so the chains are long): the share of draws
+    in each of 12 bins (the outer ones holding 1 in 100 on each side) against the
+    logistic's probabilities, within Monte Carlo error."""
+    target = logistic_target()
+    surrogate = Gaussian(np.zeros(1), covariance=np.array([[np.pi ** 2 / 3]]))
+    samples, _ = sample_chains(
+        lambda: surrogate_nuts(surrogate, target, 1, 1.0, inner_steps=inner_steps), seed, 20000)
+    edges = stats.logistic.ppf(np.linspace(0.01, 0.99, 11))
+    edges = np.concatenate([[-np.inf], edges, [np.inf]])
+    probabilities = np.diff(stats.logistic.cdf(edges))
+    x = samples[..., 0]
+    indicators = np.stack([(x >= lo) & (x < hi) for lo, hi in zip(edges[:-1], edges[1:])],
+                          axis=-1).astype(float)
+    check_mean(indicators, probabilities)
+
+
+def test_continued_from_its_state_the_chain_draws_the_uninterrupted_draws():
+    target, _, cov = banana()
+    surrogate = Gaussian(np.zeros(2), covariance=cov)
+    whole = surrogate_nuts(surrogate, target, 2, 0.7)
+    generator = np.random.default_rng(rng_seed(5))
+    expected, _ = run(whole, generator, 60)
+    part = surrogate_nuts(surrogate, target, 2, 0.7)
+    generator = np.random.default_rng(rng_seed(5))
+    first, _ = run(part, generator, 25)
+    state = part.get_state()
+    again = surrogate_nuts(surrogate, target, 2, 0.7)
+    again.set_state(state)
+    second, _ = run(again, generator, 35)
+    np.testing.assert_array_equal(np.vstack([first, second]), expected)
+    assert again.n_density_evals == whole.n_density_evals
