@@ -521,9 +521,14 @@ class RandomNetworkSurrogate(Surrogate):
         units, whitening and gradient metric): the solution ``fit(Q_all, t_all, like=self)``
         would give, up to rounding (docs/algorithms.md section 6). They are updated by
         recursive least squares in O(s^2) per row (one row per value, ``dim`` more per
-        gradient) instead of a refit (O(s^3)); the rows' normal equations are accumulated
-        and Theta refreshed from them every ``refresh_every`` rows (default 5000) to stop
-        rounding drift. The fitted surrogate then uses the new weights.
+        gradient; s = n_hidden + 1 unknowns) instead of a refit (O(s^3)). The call's rows go
+        in blocks of min(256, s), each one rank-k update of the weights and of Theta (the
+        inverse normal matrix) with BLAS 3 (Woodbury's formula through a k x k Cholesky
+        factorisation): the result depends only on the points and on how they are split
+        into calls, and equals the row-by-row recursion up to rounding. The rows'
+        normal equations are accumulated and Theta refreshed from them every
+        ``refresh_every`` rows (default 5000; checked at the end of a call) to stop rounding
+        drift. The fitted surrogate then uses the new weights.
 
         Parameters
         ----------

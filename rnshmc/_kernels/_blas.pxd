@@ -46,6 +46,9 @@ cdef void _trsv(BLAS_Order order, BLAS_Uplo uplo, BLAS_Trans ta, int n, const do
 cdef void _gemm(BLAS_Order order, BLAS_Trans ta, BLAS_Trans tb, int m, int n, int k, double alpha,
                 const double* A, int lda, const double* B, int ldb, double beta, double* C,
                 int ldc) noexcept nogil
+cdef void _symm(BLAS_Order order, BLAS_Side side, BLAS_Uplo uplo, int m, int n, double alpha,
+                const double* A, int lda, const double* B, int ldb, double beta, double* C,
+                int ldc) noexcept nogil
 cdef void _syrk(BLAS_Order order, BLAS_Uplo uplo, BLAS_Trans trans, int n, int k, double alpha,
                 const double* A, int lda, double beta, double* C, int ldc) noexcept nogil
 cdef void _trsm(BLAS_Order order, BLAS_Side side, BLAS_Uplo uplo, BLAS_Trans ta, int m, int n,

@@ -4,8 +4,8 @@ The ``cdef`` wrappers are what kernels call; the ``cpdef`` twins exist only so t
 check each wrapper against NumPy.
 """
 from scipy.linalg.cython_blas cimport (
-    ddot, daxpy, dscal, dcopy, dnrm2, dgemv, dger, dsymv, dsyr, dsyr2, dtrmv, dtrsv, dgemm, dsyrk,
-    dtrsm,
+    ddot, daxpy, dscal, dcopy, dnrm2, dgemv, dger, dsymv, dsyr, dsyr2, dtrmv, dtrsv, dgemm, dsymm,
+    dsyrk, dtrsm,
 )
 
 
@@ -123,6 +123,25 @@ cdef void _gemm(BLAS_Order order, BLAS_Trans ta, BLAS_Trans tb, int m, int n, in
         dgemm(&ta_, &tb_, &m, &n, &k, &alpha, <double*> A, &lda, <double*> B, &ldb, &beta, C, &ldc)
 
 
+cdef void _symm(BLAS_Order order, BLAS_Side side, BLAS_Uplo uplo, int m, int n, double alpha,
+                const double* A, int lda, const double* B, int ldb, double beta, double* C,
+                int ldc) noexcept nogil:
+    """C = alpha * A B + beta * C (Left, A of shape (m, m)) or alpha * B A + beta * C (Right,
+    A of shape (n, n)) for symmetric A stored in the triangle ``uplo``; B and C are (m, n)."""
+    cdef char side_ = side
+    cdef char uplo_ = uplo
+    if order == RowMajor:
+        # row-major C = A B is column-major C^T = B^T A (A symmetric), and the row-major
+        # triangle ``uplo`` of A is the column-major other one
+        side_ = Right if side == Left else Left
+        uplo_ = _flip_uplo(uplo)
+        dsymm(&side_, &uplo_, &n, &m, &alpha, <double*> A, &lda, <double*> B, &ldb, &beta, C,
+              &ldc)
+    else:
+        dsymm(&side_, &uplo_, &m, &n, &alpha, <double*> A, &lda, <double*> B, &ldb, &beta, C,
+              &ldc)
+
+
 cdef void _syrk(BLAS_Order order, BLAS_Uplo uplo, BLAS_Trans trans, int n, int k, double alpha,
                 const double* A, int lda, double beta, double* C, int ldc) noexcept nogil:
     """C = alpha * A A^T + beta * C (NoTrans, A is (n, k)) or alpha * A^T A + beta * C (Trans,
@@ -218,6 +237,13 @@ cpdef void _gemm_memview(bint transpose_a, bint transpose_b, double alpha, const
     cdef int k = <int> (A.shape[0] if transpose_a else A.shape[1])
     _gemm(RowMajor, Trans if transpose_a else NoTrans, Trans if transpose_b else NoTrans, m, n, k,
           alpha, &A[0, 0], <int> A.shape[1], &B[0, 0], <int> B.shape[1], beta, &C[0, 0], n)
+
+
+cpdef void _symm_memview(bint left, bint lower, double alpha, const double[:, ::1] A,
+                         const double[:, ::1] B, double beta, double[:, ::1] C):
+    cdef int m = <int> C.shape[0], n = <int> C.shape[1]
+    _symm(RowMajor, Left if left else Right, Lower if lower else Upper, m, n, alpha, &A[0, 0],
+          <int> A.shape[1], &B[0, 0], <int> B.shape[1], beta, &C[0, 0], n)
 
 
 cpdef void _syrk_memview(bint lower, bint transpose, double alpha, const double[:, ::1] A,

@@ -109,6 +109,149 @@ def test_bad_input_is_rejected_and_changes_nothing():
 
 
 # ---------------------------------------------------------------------------------------------
+# The block (rank-k) update: while Phi = 0, an update's rows go in chunks of block_rows rows,
+# one BLAS-3 Woodbury step each (docs/algorithms.md section 6)
+
+def ridge_start(rng, s, n0, ridge, constant):
+    """(estimator, its rows, targets and penalty diagonal) on n0 Gaussian rows: with
+    ``constant``, as the surrogate starts it: the last column 1 on value rows and 0 on gradient
+    rows (every other row here) and no penalty on it, through the explicit constructor."""
+    H, t = rng.standard_normal((n0, s)), rng.standard_normal(n0)
+    penalty = np.full(s, ridge)
+    if constant:
+        H[:, -1] = np.arange(n0) % 2 == 0
+        penalty[-1] = 0.0
+    normal, rhs = H.T @ H + np.diag(penalty), H.T @ t
+    theta = np.linalg.inv(normal)
+    return OnlineLeastSquares(np.linalg.solve(normal, rhs), theta, None, normal, rhs), H, t, penalty
+
+
+def new_rows(rng, k, s, constant):
+    H = rng.standard_normal((k, s))
+    if constant:
+        H[:, -1] = rng.random(k) < 0.3  # value rows (1) among gradient rows (0)
+    return H, rng.standard_normal(k)
+
+
+@pytest.mark.parametrize("constant", [False, True])
+@pytest.mark.parametrize("k", [1, 3, 64, 600])
+def test_block_update_equals_the_per_row_update_and_the_batch_ridge_solution(k, constant):
+    """k rows in one update (600 > block_rows = 256: chunks of 256, 256, 88) against the same
+    rows one update each (the per-row recursion) and against the batch ridge solution
+    (H^T H + Lambda)^{-1} H^T t on all rows, Lambda = ridge on all diagonal entries but the
+    unpenalised constant's when there is one: equal to 1e-10, Theta exactly symmetric."""
+    rng = np.random.default_rng(rng_seed(10 + k + constant))
+    s, ridge = 300, 1e-2
+    block, H0, t0, penalty = ridge_start(rng, s, 400, ridge, constant)
+    per_row = ridge_start(np.random.default_rng(rng_seed(10 + k + constant)), s, 400, ridge,
+                          constant)[0]
+    assert block.block_rows == 256
+    H, t = new_rows(rng, k, s, constant)
+    block.update(H, t)
+    for j in range(k):
+        per_row.update(H[j], t[j])
+    allH, allt = np.vstack([H0, H]), np.concatenate([t0, t])
+    normal = allH.T @ allH + np.diag(penalty)
+    exact_theta, exact_v = np.linalg.inv(normal), np.linalg.solve(normal, allH.T @ allt)
+    assert relative(block.weights, per_row.weights) < 1e-10
+    assert relative(block.theta, per_row.theta) < 1e-10
+    assert relative(block.weights, exact_v) < 1e-10
+    assert relative(block.theta, exact_theta) < 1e-10
+    theta = block.theta
+    np.testing.assert_array_equal(theta, theta.T)
+    assert block.n_updates == per_row.n_updates == k and block.n_null_space_updates == 0
+    # the normal equations get the same rows in the same order, 64 at a time
+    np.testing.assert_array_equal(block.normal, per_row.normal)
+    assert relative(block.normal, normal) < 1e-13
+    assert block.refresh() and per_row.refresh()
+    np.testing.assert_array_equal(block.weights, per_row.weights)
+
+
+@pytest.mark.parametrize("calls", [(5, 7, 1, 300), (256, 256, 1), (40,) * 12])
+def test_block_updates_in_uneven_calls_stay_the_ridge_solution(calls):
+    """Calls of uneven lengths (chunks of min(256, s) = 30 rows and shorter), a copy taken
+    through pickling midway going on bit for bit as the original, and both at the batch
+    ridge solution."""
+    import pickle
+    rng = np.random.default_rng(rng_seed(20 + len(calls)))
+    s, ridge = 30, 1e-2
+    online, H0, t0, penalty = ridge_start(rng, s, 40, ridge, True)
+    assert online.block_rows == s
+    H, t = new_rows(rng, sum(calls), s, True)
+    ends = np.cumsum(calls)
+    copy = None
+    for i, (end, k) in enumerate(zip(ends, calls)):
+        if i == len(calls) // 2:
+            copy = pickle.loads(pickle.dumps(online))
+        for model in (online,) if copy is None else (online, copy):
+            model.update(H[end - k:end], t[end - k:end])
+    np.testing.assert_array_equal(copy.weights, online.weights)
+    np.testing.assert_array_equal(copy.theta, online.theta)
+    np.testing.assert_array_equal(copy.normal, online.normal)
+    allH, allt = np.vstack([H0, H]), np.concatenate([t0, t])
+    normal = allH.T @ allH + np.diag(penalty)
+    assert relative(online.weights, np.linalg.solve(normal, allH.T @ allt)) < 1e-10
+    assert relative(online.theta, np.linalg.inv(normal)) < 1e-10
+    assert online.n_updates == copy.n_updates == sum(calls)
+
+
+def test_null_space_tracking_goes_row_by_row_until_phi_is_zero():
+    """A pseudo-inverse start (Phi != 0): the rows of one update go through Greville's
+    branches one at a time (v = H^+ t as rows raise the rank to s and beyond); after a
+    refresh sets Phi = 0, the rows go as blocks and v stays the least-squares solution."""
+    rng = np.random.default_rng(rng_seed(30))
+    s = 12
+    H, t = rows(rng, 100, s), rng.standard_normal(100)
+    online = OnlineLeastSquares.from_rows(H[:3], t[:3])
+    online.update(H[3:40], t[3:40])
+    pinv = np.linalg.pinv(H[:40], rcond=1e-10)
+    assert relative(online.weights, pinv @ t[:40]) < 1e-8
+    assert online.n_null_space_updates == s - 3
+    assert online.refresh()
+    np.testing.assert_array_equal(online.phi, 0.0)
+    online.update(H[40:], t[40:])
+    assert online.n_null_space_updates == s - 3
+    assert relative(online.weights, np.linalg.lstsq(H, t, rcond=None)[0]) < 1e-8
+
+
+def test_a_block_whose_matrix_is_not_positive_definite_goes_row_by_row():
+    """With Theta not positive definite (not reachable from a ridge start, but the fallback
+    must not change a thing): I + H Theta H^T fails its Cholesky factorisation (its first
+    diagonal entry is 1 - |h_1|^2 < 0), and the chunk's rows take the per-row recursion, bit
+    for bit."""
+    rng = np.random.default_rng(rng_seed(40))
+    s = 10
+    start = dict(weights=np.zeros(s), theta=-np.eye(s), normal=np.eye(s), rhs=np.zeros(s))
+    block, per_row = OnlineLeastSquares(**start), OnlineLeastSquares(**start)
+    H, t = 3.0 + rng.standard_normal((s, s)), rng.standard_normal(s)  # one chunk
+    block.update(H, t)
+    for j in range(s):
+        per_row.update(H[j], t[j])
+    np.testing.assert_array_equal(block.weights, per_row.weights)
+    np.testing.assert_array_equal(block.theta, per_row.theta)
+
+
+@pytest.mark.parametrize("left", [True, False])
+@pytest.mark.parametrize("lower", [True, False])
+@pytest.mark.parametrize("shape", [(1, 1), (3, 7), (7, 3), (64, 33)])
+def test_symm_wrapper(left, lower, shape):
+    """The dsymm wrapper the block update uses (row-major): C = alpha A B + beta C or
+    alpha B A + beta C with only the triangle ``lower``/upper of A read."""
+    from rnshmc._kernels import _blas
+    rng = np.random.default_rng(rng_seed(50))
+    m, n = shape
+    size = m if left else n
+    A = rng.standard_normal((size, size))
+    A = A + A.T
+    keep = np.tril(np.ones((size, size), bool)) if lower else np.triu(np.ones((size, size), bool))
+    stored = np.ascontiguousarray(np.where(keep, A, 1e3 * rng.standard_normal((size, size))))
+    B, C = rng.standard_normal((m, n)), rng.standard_normal((m, n))
+    expected = -0.7 * (A @ B if left else B @ A) + 1.5 * C
+    _blas._symm_memview(left, lower, -0.7, stored, B, 1.5, C)
+    np.testing.assert_allclose(C, expected, rtol=1e-12, atol=1e-11)
+
+
+# ---------------------------------------------------------------------------------------------
 # RandomNetworkSurrogate.partial_fit
 
 import rnshmc  # noqa: E402
