@@ -12,6 +12,7 @@ Competitors, side by side in one run, for each seed:
     (median over the seeds);
   - the samplers' own defaults: RNSHMC(model) and ARNSHMC(model) (4 chains, a shared
     surrogate), and ARNS-HMC with a surrogate per chain (the earlier default);
+  - both with surrogate NUTS (``kernel="nuts"``) instead of static surrogate trajectories;
   - adaptive Metropolis (warm-up 1000), where it can finish within its budget.
 
 Problems (``--problems``):
@@ -24,7 +25,7 @@ Problems (``--problems``):
              the non-centred form).
 
     python benchmarks/bench_cost.py [--seeds 0 1] [--problems pde pde60 logistic schools]
-        [--skip am warm]
+        [--skip am warm] [--only NUTS defaults ...]
 """
 import argparse
 import time
@@ -42,14 +43,20 @@ HMC_AT_ITS_BEST = "HMC at its best (warm-up 200, L = 10)"
 NUTS_DEFAULTS = "NUTS defaults"
 
 
-def competitors(model, skip):
+def competitors(model, skip, only=()):
     runs = {"rnshmc.sample (defaults)": (None, None),
             HMC_AT_ITS_BEST: (rnshmc.HMC(model, n_steps=10), 200),
             NUTS_DEFAULTS: (rnshmc.NUTS(model), None),
             "RNSHMC defaults": (rnshmc.RNSHMC(model), None),
             "ARNSHMC defaults": (rnshmc.ARNSHMC(model), None),
             "ARNSHMC, surrogate per chain": (rnshmc.ARNSHMC(model, share_surrogate=False),
-                                             None)}
+                                             None),
+            "RNSHMC, surrogate NUTS": (rnshmc.RNSHMC(model, kernel="nuts"), None),
+            "ARNSHMC, surrogate NUTS": (rnshmc.ARNSHMC(model, kernel="nuts"), None)}
+    if only:  # (the runs named, the exact baselines always)
+        runs = {name: run for name, run in runs.items()
+                if name in (HMC_AT_ITS_BEST, NUTS_DEFAULTS)
+                or any(word in name for word in only)}
     if "am" not in skip:
         runs["adaptive Metropolis (warm-up 1000)"] = (rnshmc.AdaptiveMetropolis(model), 1000)
     return runs
@@ -69,7 +76,7 @@ def run_one(model, sampler, tune, seed, max_evals, warm_start=None):
     return result, time.perf_counter() - start
 
 
-def cost_table(title, model, seeds, skip, max_evals, unit="solves"):
+def cost_table(title, model, seeds, skip, max_evals, unit="solves", only=()):
     print(f"\n{title}: to min bulk ESS {ESS} and R-hat <= 1.01, 4 chains "
           f"(model evaluations = densities + gradients)", flush=True)
     print(f"  {'run':40s} {'seed':>4s} {unit:>9s} {'wall s':>7s} {'draws':>6s} "
@@ -77,8 +84,8 @@ def cost_table(title, model, seeds, skip, max_evals, unit="solves"):
     table = {}
     warm = "rnshmc.sample, warm_start=run above"
     for seed in seeds:
-        runs = competitors(model, skip)
-        if "warm" not in skip:  # (a second run to another ESS 1000, from the front door's)
+        runs = competitors(model, skip, only)
+        if "warm" not in skip and not only:  # (a second run to another ESS 1000, from the front door's)
             runs = dict([next(iter(runs.items())), (warm, (None, None))], **runs)
         first = None
         for name, (sampler, tune) in runs.items():
@@ -150,19 +157,23 @@ def main():
     parser.add_argument("--problems", nargs="+", default=["pde", "pde60", "logistic",
                                                           "schools"])
     parser.add_argument("--skip", nargs="*", default=[])
+    parser.add_argument("--only", nargs="*", default=[],
+                        help="run only the runs whose names contain one of these words (and "
+                             "the exact baselines)")
     args = parser.parse_args()
     print(f"rnshmc {rnshmc.__version__}; seeds {args.seeds}")
     if "pde" in args.problems:
         model, title = papers.load_pde()
-        cost_table(f"elliptic PDE, {title}", model, args.seeds, args.skip, 500_000)
+        cost_table(f"elliptic PDE, {title}", model, args.seeds, args.skip, 500_000,
+                   only=args.only)
     if "pde60" in args.problems:
         model = rnshmc.models.EllipticPDE(n=60, element="Q1", rng=0)
         cost_table("elliptic PDE, the papers' setup on a 60x60 Q1 grid (synthetic data)",
-                   model, args.seeds, args.skip, 500_000)
+                   model, args.seeds, args.skip, 500_000, only=args.only)
     if "logistic" in args.problems:
         model = papers.load_logistic("simulated", seed=0)
         cost_table("simulated logistic regression, N = 100000, d = 50", model, args.seeds,
-                   ["am"] + list(args.skip), 400_000, unit="evals")
+                   ["am"] + list(args.skip), 400_000, unit="evals", only=args.only)
     if "schools" in args.problems:
         schools_section(args)
 

@@ -281,6 +281,18 @@ def hmc_sample(target, draws=500, tune=0, chains=1, rng=rng_seed(0), **kwargs):
                                         progress=False, pool=pool)
 
 
+def banana(sd=2.0, twist=0.3):
+    """A twisted Gaussian as an rnshmc.Target: x1 ~ N(0, sd^2), x2 = z + twist (x1^2 - sd^2),
+    z ~ N(0, 1); returns (target, mean, covariance): mean 0, covariance
+    diag(sd^2, 1 + 2 twist^2 sd^4)."""
+    def banana_logp_and_grad(x):
+        r = x[1] - twist * (x[0] ** 2 - sd ** 2)
+        return (-0.5 * x[0] ** 2 / sd ** 2 - 0.5 * r ** 2,
+                np.array([-x[0] / sd ** 2 + 2 * twist * x[0] * r, -r]))
+    return (Target(None, logp_and_grad=banana_logp_and_grad, dim=2), np.zeros(2),
+            np.diag([sd ** 2, 1 + 2 * twist ** 2 * sd ** 4]))
+
+
 def correlated_gaussian(dim=4, seed=0):
     """(rnshmc.models.Gaussian, mean, covariance): a correlated Gaussian for the surrogate
     samplers' exactness tests."""

@@ -11,7 +11,8 @@ from ._base import Sampler
 from .phases.base import LeapfrogSettings, Phase, by_name
 from .phases.dynamics import SurrogateSampling, trust_watch, warn_about_surrogate
 from .phases.exploration import ExplorationCheck, ExploreChecks, HMCExploration
-from .phases.fit import ExplorationKernel, SurrogateFit, SurrogateSettings
+from .phases.fit import (ExplorationKernel, SurrogateFit, SurrogateNUTS, SurrogateNUTSKernel,
+                         SurrogateSettings)
 
 __all__ = ["RNSHMC"]
 
@@ -136,15 +137,13 @@ class RNSHMC(Sampler):
         whose mean squared jump, each coordinate scaled by the training window's variance, is
         under ``jump_ratio`` (default 0.1) times the exploration's (a chain that accepts only
         tiny moves). The chain then runs
-        ``refit_iterations`` (default 200) iterations of exact HMC (kept draws; the
-        exploration's step size and mass matrix, and the number of steps with the best
-        predicted min ESS per exact gradient, ``exact_n_steps`` in the result), the
+        ``refit_iterations`` (default 200) iterations of its exact ``kernel`` (kept draws), the
         surrogate is refitted to the training data plus those exact states with
         ``refit_growth`` (default 2) times as many hidden units, and the chain goes back to
         the surrogate's dynamics. After ``max_refits`` (default 2) refits a further distrust
-        makes the rest of the chain exact HMC (fallback). ``kernel`` "nuts" makes the exact
-        stretches and the fallback NUTS instead (with the exploration's step size and mass
-        matrix; default "hmc"). Each refit and fallback is recorded in the result
+        makes the rest of the chain exact (fallback). ``kernel`` is the exact stretches' and
+        the fallback's kernel: "nuts" (default) or "hmc" (static trajectories of
+        ``exact_n_steps``), with the exploration's step size and mass matrix. Each refit and fallback is recorded in the result
         (``trust_events``, ``exact_dynamics``) and warned about. False turns the watch off
         (then only a warning when acceptance collapses).
     share_surrogate : bool
@@ -161,6 +160,17 @@ class RNSHMC(Sampler):
         sampler, ``target_accept`` is the sampling kernel's).
     max_energy_error : float
         Proposals with a larger energy error are rejected as divergences (default 1000).
+    kernel : {"hmc", "nuts"}
+        The sampling kernel on the surrogate: "hmc" (default), the static trajectory of
+        ``n_steps`` tested on the true Hamiltonian; "nuts", surrogate NUTS: ``inner_steps``
+        NUTS transitions on the surrogate propose, the surrogate-transition test on the true
+        density accepts (one exact density per transition that moves; no ``n_steps``, no
+        ``delayed_acceptance``), with a metric and step size adapted by NUTS on the surrogate
+        alone (``docs/algorithms.md`` section 14). Exact either way.
+    max_tree_depth : int
+        (kernel "nuts") The most doublings of a surrogate NUTS tree (default 10).
+    inner_steps : int
+        (kernel "nuts") Surrogate NUTS transitions per exact test (default 1).
 
     Attributes
     ----------
@@ -227,10 +237,12 @@ class RNSHMC(Sampler):
     MAX_ROUNDS = 4  # of an exploration with tune="auto"
     WARM_FROM = Phase.TRAINING
 
+    KERNELS = ("hmc", "nuts")
+
     def __init__(self, target, *, n_hidden="auto", surrogate=None, step_size=None,
                  n_steps="auto", jitter=True, delayed_acceptance=False, explore=None, trust=True,
                  share_surrogate=True, target_accept=0.8, max_energy_error=1000.0,
-                 **renamed):
+                 kernel="hmc", max_tree_depth=10, inner_steps=1, **renamed):
         super().__init__(target)
         refuse_renamed(type(self).__name__, renamed, RENAMED)
         surrogate = surrogate_group(surrogate)
@@ -252,9 +264,21 @@ class RNSHMC(Sampler):
             self.leapfrog, surrogate.get("n_train"),
             surrogate.get("training_data", "trajectories"),
             check=ExplorationCheck(self.name, self.surrogate_settings, self.share_surrogate))
-        self.kernel = ExplorationKernel(
-            check_n_steps(n_steps, self.leapfrog.n_steps), self.sampling_step_size,
-            self.leapfrog, check_real(target_accept, "target_accept", lower=0.0, upper=1.0))
+        if kernel not in self.KERNELS:
+            raise ValueError(f"kernel must be one of {self.KERNELS}, got {kernel!r}")
+        target_accept = check_real(target_accept, "target_accept", lower=0.0, upper=1.0)
+        self.nuts = None
+        if kernel == "nuts":
+            if self.delayed_acceptance:
+                raise ValueError("delayed_acceptance is a test of the static trajectory: "
+                                 "kernel='nuts' has its own (the surrogate-transition test)")
+            self.nuts = SurrogateNUTS(max_tree_depth, inner_steps)
+            self.kernel = SurrogateNUTSKernel(self.nuts, self.sampling_step_size,
+                                              self.leapfrog, target_accept)
+        else:
+            self.kernel = ExplorationKernel(
+                check_n_steps(n_steps, self.leapfrog.n_steps), self.sampling_step_size,
+                self.leapfrog, target_accept)
         self.step_cost_setting = check_step_cost(surrogate.get("step_cost", "auto"))
         self.fit, self.phases = surrogate_hmc_phases(self)
 
@@ -333,7 +357,8 @@ def surrogate_hmc_phases(sampler, online=None):
                        sampler.share_surrogate, sampler.kernel, online=online,
                        step_cost=sampler.step_cost_setting, jitter=sampler.jitter)
     sampling = SurrogateSampling(fit, sampler.leapfrog, sampler.delayed_acceptance,
-                                 sampler.trust, online, jitter=sampler.jitter)
+                                 sampler.trust, online, jitter=sampler.jitter,
+                                 nuts=sampler.nuts)
     return fit, by_name(sampler.exploration, fit, sampling)
 
 

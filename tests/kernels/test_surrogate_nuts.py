@@ -24,20 +24,9 @@ from rnshmc._kernels._transition import NUTSChain
 from rnshmc.models import Gaussian
 from rnshmc.targets import as_ctarget
 
-from testkit import check_covariance, check_mean, correlated_gaussian, rng_seed
+from testkit import banana, check_covariance, check_mean, correlated_gaussian, rng_seed
 
 SEEDS = [0, 1, 2]
-
-
-def banana(sd=2.0, twist=0.15):
-    """A twisted Gaussian: x1 ~ N(0, sd^2), x2 = z + twist (x1^2 - sd^2), z ~ N(0, 1); mean 0,
-    covariance diag(sd^2, 1 + 2 twist^2 sd^4)."""
-    def banana_logp_and_grad(x):
-        r = x[1] - twist * (x[0] ** 2 - sd ** 2)
-        return (-0.5 * x[0] ** 2 / sd ** 2 - 0.5 * r ** 2,
-                np.array([-x[0] / sd ** 2 + 2 * twist * x[0] * r, -r]))
-    return (Target(None, logp_and_grad=banana_logp_and_grad, dim=2), np.zeros(2),
-            np.diag([sd ** 2, 1 + 2 * twist ** 2 * sd ** 4]))
 
 
 def surrogate_nuts(surrogate, target, dim, step_size, inverse_mass=None, inner_steps=1,
@@ -78,7 +67,7 @@ def test_the_acceptance_probability_is_the_surrogate_transition_ratio():
     """Each transition's recorded probability is min(1, exp[(U(x) - U~(x)) - (U(y) -
     U~(y))]) for its start x and its proposal y, computed here directly; a transition that
     moves costs one exact evaluation and lands on y or stays at x."""
-    target, _, _ = banana()
+    target, _, _ = banana(twist=0.15)
     surrogate = Gaussian(np.array([0.5, 0.0]), covariance=np.diag([2.0, 3.0]))
     U = lambda q: -target.log_density(q)
     U_tilde = lambda q: -surrogate.log_density(q)
@@ -109,7 +98,7 @@ def test_the_acceptance_probability_is_the_surrogate_transition_ratio():
 def test_no_exact_evaluation_when_the_tree_returns_its_start():
     """A step size past the stability limit diverges on the first step: the tree returns its
     start, the test needs no evaluation, and the chain stays."""
-    target, _, _ = banana()
+    target, _, _ = banana(twist=0.15)
     surrogate = Gaussian(np.zeros(2), covariance=np.eye(2) * 1e-4)
     chain = surrogate_nuts(surrogate, target, 2, 10.0, start=np.array([0.01, 0.0]))
     before = chain.n_density_evals
@@ -121,7 +110,7 @@ def test_no_exact_evaluation_when_the_tree_returns_its_start():
 
 
 def test_refuses_what_it_cannot_do():
-    target, _, _ = banana()
+    target, _, _ = banana(twist=0.15)
     surrogate = Gaussian(np.zeros(2), covariance=np.eye(2))
     chain = surrogate_nuts(surrogate, target, 2, 0.5)
     samples, records = np.empty((5, 2)), np.empty(5, TRANSITION)
@@ -150,7 +139,7 @@ def test_a_gaussian_surrogate_of_a_banana(seed, inner_steps):
     under-visit them: with twist 0.3 and the banana's own covariance, 3000 draws per chain
     put the mean of x2 6 standard errors low, 30000 within 0.3. The histogram test below
     has such tails, and long chains.)"""
-    target, mean, cov = banana()
+    target, mean, cov = banana(twist=0.15)
     surrogate = Gaussian(np.zeros(2), covariance=2 * cov)
     samples, records = sample_chains(
         lambda: surrogate_nuts(surrogate, target, 2, 0.7, inner_steps=inner_steps), seed, 4000)
@@ -173,7 +162,7 @@ def test_a_shifted_and_mis_scaled_surrogate_of_a_correlated_gaussian(seed):
 def test_the_moment_check_catches_the_surrogate_without_its_test():
     """The power check: the same trees without the test sample the surrogate, and the moment
     checks above fail on them, for each poor surrogate."""
-    target, mean, cov = banana()
+    target, mean, cov = banana(twist=0.15)
     samples, _ = sample_chains(
         lambda: surrogate_nuts(Gaussian(np.zeros(2), covariance=2 * cov), None, 2, 0.7), 0,
         4000)
@@ -216,7 +205,7 @@ def test_a_surrogate_wrong_in_the_tails_histogram(seed, inner_steps):
 
 
 def test_continued_from_its_state_the_chain_draws_the_uninterrupted_draws():
-    target, _, cov = banana()
+    target, _, cov = banana(twist=0.15)
     surrogate = Gaussian(np.zeros(2), covariance=cov)
     whole = surrogate_nuts(surrogate, target, 2, 0.7)
     generator = np.random.default_rng(rng_seed(5))

@@ -49,6 +49,14 @@ SAMPLERS = {
     "L2HMC": (gaussian, trained_l2hmc, dict(draws=60, tune=20)),
 }
 NAMES = list(SAMPLERS)
+# and the kernels a sampler offers besides its default, under the same contract
+SAMPLERS.update({
+    "RNSHMC (surrogate NUTS)": (gaussian, lambda m: rnshmc.RNSHMC(m, n_hidden=30, kernel="nuts"),
+                                dict(draws=80, tune=60)),
+    "ARNSHMC (surrogate NUTS)": (gaussian, lambda m: rnshmc.ARNSHMC(
+        m, n_hidden=30, kernel="nuts", inner_steps=2), dict(draws=80, tune=60)),
+})
+RUNS = list(SAMPLERS)
 
 
 def quiet(function, *args, **kwargs):
@@ -81,7 +89,7 @@ def test_every_sampler_is_covered():
     assert set(NAMES) == set(rnshmc.samplers.__all__)
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", RUNS)
 def test_same_seed_same_draws_serially_on_threads_and_on_processes(name, process_pool):
     serial = run(name, pool=None)
     with ThreadPoolExecutor(2) as threads:
@@ -90,7 +98,7 @@ def test_same_seed_same_draws_serially_on_threads_and_on_processes(name, process
     assert_same(run(name, pool=None), serial)  # and again: sample() changed nothing
 
 
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", RUNS)
 @pytest.mark.parametrize("where", ["before sampling", "in sampling"])
 def test_stopped_and_resumed_equals_uninterrupted(name, where, tmp_path):
     model, make, lengths = SAMPLERS[name]
@@ -130,7 +138,7 @@ class Interrupting:
         return self.model.log_density_gradient(q)
 
 
-@pytest.mark.parametrize("name", [n for n in NAMES if n not in ("RMHMC", "RNSRMHMC")] +
+@pytest.mark.parametrize("name", [n for n in RUNS if n not in ("RMHMC", "RNSRMHMC")] +
                          ["RMHMC (callable metric)"])
 def test_ctrl_c_returns_what_was_drawn(name):
     if name == "RMHMC (callable metric)":

@@ -512,7 +512,9 @@ def check_learned_and_exact_counts(res, n_steps, tune):
     surrogate until its first poor window, exact HMC from there on. (The initial state costs
     one density and one surrogate gradient; the warm-up one density per iteration.)"""
     exact, steps = res.exact_dynamics, res.n_steps
-    switched = res.fallback.astype(int)
+    # (the switch evaluates the gradient once, and the step size's re-adaptation there its own)
+    switched = res.fallback.astype(int) + np.array(
+        [sum(e.get("rewarm_evals", [0, 0])[1] for e in events) for events in res.trust_events])
     np.testing.assert_array_equal(res.n_gradient_evals, np.sum(steps * exact, axis=1) + switched)
     np.testing.assert_array_equal(res.n_density_evals_sampling,
                                   np.sum(~exact, axis=1) + res.n_gradient_evals)

@@ -8,7 +8,7 @@ import pytest
 
 import rnshmc
 
-from testkit import check_covariance, check_mean, correlated_gaussian, rng_seed
+from testkit import banana, check_covariance, check_mean, correlated_gaussian, rng_seed
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -188,17 +188,6 @@ def test_the_correlated_regression_against_its_closed_form(seed):
     assert res.n_gradient_evals.shape == (4,)  # (tune: the default's warm-up ran)
     check_mean(res.samples, reference["mean"])
     check_covariance(res.samples, reference["mean"], reference["covariance"])
-
-
-def banana(sd=2.0, twist=0.3):
-    """A twisted Gaussian: x1 ~ N(0, sd^2), x2 = z + twist (x1^2 - sd^2), z ~ N(0, 1); its
-    mean is 0 and its covariance diag(sd^2, 1 + 2 twist^2 sd^4)."""
-    def logp_and_grad(x):
-        r = x[1] - twist * (x[0] ** 2 - sd ** 2)
-        return (-0.5 * x[0] ** 2 / sd ** 2 - 0.5 * r ** 2,
-                np.array([-x[0] / sd ** 2 + 2 * twist * x[0] * r, -r]))
-    return (rnshmc.Target(None, logp_and_grad=logp_and_grad, dim=2), np.zeros(2),
-            np.diag([sd ** 2, 1 + 2 * twist ** 2 * sd ** 4]))
 
 
 @pytest.mark.parametrize("seed", [0, 1])

@@ -394,13 +394,13 @@ def test_an_indefinite_surrogate_hessian_gets_softabs_and_the_chain_stays_exact(
 def test_a_useless_surrogate_metric_is_refitted_then_replaced_and_the_draws_stay_exact(seed):
     """3 units on a correlated 4-d Gaussian: the chain accepts most proposals but hardly
     moves (its step size adapted to a poor metric). The trust watch sees the short jumps,
-    refits twice, falls back to exact HMC and says so; the draws stay exact."""
+    refits twice, falls back to exact NUTS and says so; the draws stay exact."""
     mean, cov, precision = gaussian_problem(seed, dim=4, condition=10.0)
     sampler = RNSRMHMC(gaussian_target(mean, precision), n_hidden=3, surrogate=dict(n_train=60),
                        n_adapt=100, n_steps=3, jitter=True)
     with pytest.warns(RuntimeWarning, match="its moves .* times as long") as caught:
         res = sampler.sample(3000, tune=300, chains=2, rng=seed, progress=False)
-    assert sum("replaced by exact HMC" in str(w.message) for w in caught) == 2
+    assert sum("replaced by exact NUTS" in str(w.message) for w in caught) == 2
     assert np.all(res.n_refits == 2) and np.all(res.fallback)
     for events in res.trust_events:
         assert events[0]["window_jump"] < 0.1 * events[0]["exploration_jump"]

@@ -188,7 +188,7 @@ def exact_iterations(events, draws, refit_iterations):
 def test_a_distrusted_surrogate_is_refitted_then_replaced_and_said_so():
     model, _, _ = correlated_gaussian()
     sampler = rnshmc.RNSHMC(model, trust=dict(ratio=1.0, max_refits=1, refit_growth=1.0,
-                                              refit_iterations=100), **DISTRUSTED)
+                                              refit_iterations=100, kernel="hmc"), **DISTRUSTED)
     with pytest.warns(RuntimeWarning, match="surrogate was poor where the chain went") as caught:
         res = sampler.sample(1500, tune=400, chains=2, rng=rng_seed(1), progress=False)
     poor = [str(w.message) for w in caught if "surrogate was poor" in str(w.message)]
@@ -202,20 +202,23 @@ def test_a_distrusted_surrogate_is_refitted_then_replaced_and_said_so():
         np.testing.assert_array_equal(res.exact_dynamics[chain],
                                       exact_iterations(events, 1500, 100))
     assert np.all(res.n_refits == 1) and np.all(res.fallback)
-    # evaluations: exact gradients only on exact dynamics (n_steps each, and one where the
-    # chain moves onto them), surrogate gradients only on the surrogate's (one where it moves
-    # back); an exact density in every surrogate iteration, with every exact gradient and at
-    # every switch
+    # evaluations: exact gradients only on exact dynamics (n_steps each, one where the chain
+    # moves onto them, and the re-adaptation's there), surrogate gradients only on the
+    # surrogate's (one where it moves back); an exact density in every surrogate iteration,
+    # with every exact gradient and at every switch
     exact = res.exact_dynamics
     to_exact = np.array([len(e) for e in res.trust_events])
+    rewarm = np.array([sum(e["rewarm_evals"][1] for e in events) for events in res.trust_events])
+    assert np.all(rewarm > 0)
     to_surrogate = res.n_refits
     np.testing.assert_array_equal(res.n_gradient_evals_sampling,
-                                  np.sum(res.n_steps * exact, axis=1) + to_exact)
+                                  np.sum(res.n_steps * exact, axis=1) + to_exact + rewarm)
     np.testing.assert_array_equal(res.n_surrogate_gradient_evals,
                                   np.sum(res.n_steps * ~exact, axis=1) + to_surrogate)
     np.testing.assert_array_equal(
         res.n_density_evals_sampling,
-        np.sum(~exact, axis=1) + np.sum(res.n_steps * exact, axis=1) + to_exact + to_surrogate)
+        np.sum(~exact, axis=1) + np.sum(res.n_steps * exact, axis=1) + to_exact + rewarm
+        + to_surrogate)
 
 
 @pytest.mark.parametrize("seed", [1, pytest.param(2, marks=pytest.mark.slow)])
@@ -236,7 +239,8 @@ def test_refits_and_fallback_keep_the_chain_exact(seed):
 @pytest.mark.parametrize("seed", [1, pytest.param(2, marks=pytest.mark.slow)])
 def test_exact_stretches_and_fallback_on_nuts_keep_the_chain_exact(seed):
     """trust=dict(kernel="nuts"): the exact stretches and the fallback are NUTS trees (with
-    the exploration's step size and mass matrix), said so, and the moments are right."""
+    the exploration's mass matrix and a step size adapted afresh), said so, and the moments
+    are right."""
     model, mean, cov = correlated_gaussian()
     sampler = rnshmc.RNSHMC(model, trust=dict(ratio=1.0, max_refits=1, refit_growth=1.0,
                                               refit_iterations=100, kernel="nuts"),
@@ -254,7 +258,8 @@ def test_exact_stretches_and_fallback_on_nuts_keep_the_chain_exact(seed):
     np.testing.assert_array_equal(depth >= 1, exact)
     np.testing.assert_array_equal(res.n_gradient_evals_sampling,
                                   np.sum(res.n_steps * exact, axis=1)
-                                  + np.array([len(e) for e in res.trust_events]))
+                                  + np.array([len(e) + sum(x["rewarm_evals"][1] for x in e)
+                                              for e in res.trust_events]))
     check_mean(res.samples, mean)
     check_covariance(res.samples, mean, cov)
 

@@ -133,17 +133,26 @@ def _check_mass(m, dim, what):
         raise ValueError(f"the {what} must have shape ({dim},) or ({dim}, {dim}), got {m.shape}")
 
 
-def euclidean_chain(dynamics, state, max_energy_error, test=None, delayed_acceptance=False):
+def euclidean_chain(dynamics, state, max_energy_error, test=None, delayed_acceptance=False,
+                    inverse_mass=None):
     """A leapfrog chain over ``dynamics`` (Metropolis test on ``test``, default the dynamics)
-    with the chain's inverse mass matrix."""
-    return Chain(dynamics, test, EuclideanMetric(state.dim, state.inverse_mass), Leapfrog(),
+    with ``inverse_mass`` (None: the chain's inverse mass matrix)."""
+    if inverse_mass is None:
+        inverse_mass = state.inverse_mass
+    return Chain(dynamics, test, EuclideanMetric(state.dim, inverse_mass), Leapfrog(),
                  max_energy_error=max_energy_error, delayed_acceptance=delayed_acceptance)
 
 
-def nuts_chain(target, state, max_energy_error, max_tree_depth):
-    """A NUTS chain on ``target`` with the chain's inverse mass matrix."""
-    return NUTSChain(target, EuclideanMetric(state.dim, state.inverse_mass), Leapfrog(),
-                     max_energy_error=max_energy_error, max_tree_depth=max_tree_depth)
+def nuts_chain(target, state, max_energy_error, max_tree_depth, test=None, inner_steps=1,
+               inverse_mass=None):
+    """A NUTS chain on ``target`` with ``inverse_mass`` (None: the chain's inverse mass
+    matrix); with ``test``, surrogate NUTS (trees on ``target``, ``inner_steps`` of them per
+    surrogate-transition test on ``test``)."""
+    if inverse_mass is None:
+        inverse_mass = state.inverse_mass
+    return NUTSChain(target, EuclideanMetric(state.dim, inverse_mass), Leapfrog(),
+                     max_energy_error=max_energy_error, max_tree_depth=max_tree_depth,
+                     test=test, inner_steps=inner_steps)
 
 
 def continue_from_previous(run, chain):

@@ -17,6 +17,7 @@ from typing import Optional
 
 import numpy as np
 
+from ..._kernels._chain import TRANSITION
 from ..._kernels._metropolis import MetropolisChain
 from ...state import PartState
 from ...validation import check_group, check_integer, check_real, user_stacklevel
@@ -32,6 +33,12 @@ TRUST_KEYS = ("ratio", "window", "max_refits", "refit_iterations", "refit_growth
 EXACT_KERNELS = {"hmc": "exact HMC", "nuts": "exact NUTS", "metropolis": "adaptive Metropolis"}
 # the most doublings of a fallback NUTS tree (rnshmc.NUTS's default)
 FALLBACK_TREE_DEPTH = 10
+# exact transitions run, not kept, when a chain turns to exact dynamics: its step size adapted
+# afresh where the chain is, to Stan's default acceptance statistic. The exploration's need
+# not suit it there: on the latent-GP Poisson posterior (rnshmc.models.hard.gp_poisson)
+# chains handed to exact NUTS at the exploration's step size accepted 0.23 (the statistic)
+# where the exploration had accepted 0.78.
+REWARM_ITERATIONS, REWARM_TARGET_ACCEPT = 75, 0.8
 # what to try where a surrogate's acceptance collapsed without the trust watch
 COLLAPSE_ADVICE = ("The trust watch (trust=True, the default) refits such a surrogate and falls "
                    "back to exact dynamics where it stays poor; without it, more hidden units "
@@ -87,18 +94,23 @@ class TrustWatch:
     exploration's acceptance says nothing of the dynamics').
 
     ``kernel`` is the exact stretches' and the fallback's kernel where the sampler offers a
-    choice: "hmc" (static trajectories of the exploration's step size, mass matrix and
-    ``exact_n_steps``) or "nuts" (the No-U-Turn Sampler with the exploration's step size and
-    mass matrix: no trajectory length to choose)."""
+    choice (``kernels``; None: the first of them): "nuts" (the No-U-Turn Sampler: no
+    trajectory length to choose) or "hmc" (static trajectories of ``exact_n_steps``), each
+    with the exploration's step size and the inverse mass matrix it was adapted with. (On the
+    latent-GP Poisson posterior of ``rnshmc.models.hard.gp_poisson`` the static length chosen
+    for min ESS per gradient from the exploration's covariance was 922 steps, and fallen-back
+    chains accepted 0.00-0.21 against 0.77-0.81 in the exploration.)"""
 
     REFERENCES = ("exploration", "surrogate")
 
     def __init__(self, ratio=0.5, window=50, max_refits=2, refit_iterations=200,
-                 refit_growth=2.0, reference="exploration", jump_ratio=0.1, kernel="hmc",
-                 kernels=("hmc", "nuts")):
+                 refit_growth=2.0, reference="exploration", jump_ratio=0.1, kernel=None,
+                 kernels=("nuts", "hmc")):
         if reference not in self.REFERENCES:
             raise ValueError(f"the trust watch's reference must be one of {self.REFERENCES}, "
                              f"got {reference!r}")
+        if kernel is None:
+            kernel = kernels[0]
         if kernel not in kernels:
             raise ValueError(f"the trust watch's kernel must be one of {tuple(kernels)} for "
                              f"this sampler, got {kernel!r}")
@@ -248,8 +260,27 @@ class WatchedPhase(Phase):
         if mode == "surrogate":
             new.step_size = fit.sampling_step_size
         elif self.exact_kernel != "metropolis":  # (a random walk keeps its proposal's scale)
-            new.step_size = fit.explore_step_size
+            new.step_size = self.rewarm(run, new, fit.explore_step_size)
         run.keep_current(self.name, new)
+
+    def rewarm(self, run, chain, step_size):
+        """The exact kernel's step size adapted afresh where the chain is: dual averaging
+        from ``step_size`` over ``REWARM_ITERATIONS`` exact transitions, which are not kept
+        (their evaluations are counted); the chain goes on from where they end. Recorded in
+        the trust event: ``rewarm_step_size``, and ``rewarm_evals`` (exact densities and
+        gradients)."""
+        n_steps, jitter = self.trajectory(run)
+        chain.restart_step_size_adaptation(step_size, REWARM_TARGET_ACCEPT)
+        samples = np.empty((REWARM_ITERATIONS, chain.dim))
+        records = np.empty(REWARM_ITERATIONS, TRANSITION)
+        before = chain.n_density_evals, chain.n_gradient_evals
+        chain.run(run.generator, REWARM_ITERATIONS, n_steps, jitter, samples, records,
+                  adapt_step_size=True)
+        step_size = chain.final_step_size
+        DynamicsState.of(run.state).events[-1].update(
+            rewarm_step_size=float(step_size),
+            rewarm_evals=[chain.n_density_evals - before[0], chain.n_gradient_evals - before[1]])
+        return step_size
 
     def exact_evals(self, state):
         if DynamicsState.find(state) is None:
@@ -287,15 +318,22 @@ class SurrogateSampling(WatchedPhase):
     after_adaptation : bool
         (with ``metric``) An adaptation phase came before: continue from its last state with
         its step size, else from the exploration's with the metric's given step size.
+    nuts : SurrogateNUTS or None
+        Surrogate NUTS instead of the static trajectory: NUTS trees on the surrogate propose,
+        the surrogate-transition test on the true density accepts (``docs/algorithms.md``,
+        surrogate NUTS).
     """
 
     def __init__(self, fit, leapfrog, delayed_acceptance=False, trust=None, online=None,
                  keep_gradients=True, jitter=None, exact_kernel=None, metric=None,
-                 after_adaptation=False):
+                 after_adaptation=False, nuts=None):
         if exact_kernel is None:
             exact_kernel = "hmc" if trust is None else trust.kernel
         super().__init__(Phase.SAMPLING, trust, online, exact_kernel)
-        self.metric, self.after_adaptation = metric, after_adaptation
+        if nuts is not None and (metric is not None or delayed_acceptance):
+            raise ValueError("surrogate NUTS runs the leapfrog with its own test: no Hessian "
+                             "metric and no delayed acceptance")
+        self.metric, self.after_adaptation, self.nuts = metric, after_adaptation, nuts
         self.fit, self.leapfrog, self.delayed_acceptance = fit, leapfrog, delayed_acceptance
         self.jitter = leapfrog.jitter if jitter is None else jitter
         # a random walk's refits are fitted to the values of its proposals
@@ -310,12 +348,19 @@ class SurrogateSampling(WatchedPhase):
             if self.exact_kernel == "metropolis":  # the exploration's last proposal, frozen
                 proposal = ProposalState.of(state)
                 return MetropolisChain(run.target, proposal.covariance, proposal.scale)
+            # (the exploration's metric: its step size was adapted with it)
+            inverse_mass = FitState.of(state).explore_inverse_mass
             if self.exact_kernel == "nuts":
                 return nuts_chain(run.target, state, self.leapfrog.max_energy_error,
-                                  FALLBACK_TREE_DEPTH)
-            return euclidean_chain(run.target, state, self.leapfrog.max_energy_error)
+                                  FALLBACK_TREE_DEPTH, inverse_mass=inverse_mass)
+            return euclidean_chain(run.target, state, self.leapfrog.max_energy_error,
+                                   inverse_mass=inverse_mass)
         if self.metric is not None:
             return self.metric.make_chain(run, self.fit.surrogate(state))
+        if self.nuts is not None:
+            return nuts_chain(self.fit.surrogate(state)._ctarget, state,
+                              self.leapfrog.max_energy_error, self.nuts.max_tree_depth,
+                              test=run.target, inner_steps=self.nuts.inner_steps)
         return euclidean_chain(self.fit.surrogate(state)._ctarget, state,
                                self.leapfrog.max_energy_error, test=run.target,
                                delayed_acceptance=self.delayed_acceptance)
@@ -327,6 +372,8 @@ class SurrogateSampling(WatchedPhase):
             return (fit.exact_n_steps if self.exact_kernel == "hmc" else 1), self.jitter
         if self.metric is not None:
             return self.metric.leapfrog.n_steps, self.metric.leapfrog.jitter
+        if self.nuts is not None:
+            return 1, False  # (one test of inner_steps trees)
         return fit.surrogate_n_steps, self.jitter
 
     def begin(self, run, chain):
@@ -476,10 +523,10 @@ def warn_about_surrogate(name, trust, result, reference, reference_is,
         warn_if_acceptance_collapsed(name, result.accepted, reference, reference_is, advice)
 
 
-def trust_watch(trust, reference="exploration", kernels=("hmc", "nuts"), **defaults):
+def trust_watch(trust, reference="exploration", kernels=("nuts", "hmc"), **defaults):
     """The :class:`TrustWatch` of a sampler's ``trust`` argument (True or None: the defaults;
     False: None, no watch; a dict: its ``TRUST_KEYS``), with the sampler's own ``defaults``,
-    ``reference`` and exact ``kernels`` (those it can run) under it."""
+    ``reference`` and exact ``kernels`` (those it can run, the default first) under it."""
     if trust is False:
         return None
     given = {} if trust is True or trust is None else check_group(trust, "trust", TRUST_KEYS)

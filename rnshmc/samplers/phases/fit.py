@@ -15,12 +15,13 @@ from typing import Optional
 
 import numpy as np
 
-from ...adaptation import initial_step_size, regularized_variance, trajectory_length_for_min_ess
+from ...adaptation import (WarmupSchedule, fisher_low_rank, initial_step_size,
+                           regularized_variance, trajectory_length_for_min_ess)
 from ...state import PartState, generator_from_json, generator_to_json
 from ...surrogate import Surrogate, gradient_flops, surrogate_from_state
 from ...validation import check_integer, check_real
 from ..._kernels._chain import TRANSITION
-from .base import Phase, euclidean_chain
+from .base import Phase, euclidean_chain, nuts_chain
 
 # the largest number of leapfrog steps the automatic trajectory length considers
 MAX_AUTO_STEPS = 1024
@@ -168,6 +169,9 @@ class FitState(PartState):
     covariance_states: int = 0                # the states it is estimated from
     exploration_acceptance_rate: float = math.nan
     explore_step_size: float = math.nan
+    # the exploration's inverse mass matrix, which its step size was adapted with: the exact
+    # stretches' and the fallback's (the sampling's may be another, the step size too)
+    explore_inverse_mass: Optional[np.ndarray] = None
     sampling_step_size: float = math.nan
     surrogate_n_steps: int = 0
     exact_n_steps: int = 0
@@ -275,6 +279,8 @@ class SurrogateFit(Phase):
         fit = FitState.of(state)
         fit.exploration_acceptance_rate = rate
         fit.explore_step_size = float(state.kernel["step_size"])
+        if state.inverse_mass is not None:
+            fit.explore_inverse_mass = np.array(state.inverse_mass, dtype=np.float64)
         fit.jump_scale, fit.exploration_jump = jump_reference(
             state.outputs[self.exploration.name]["samples"][self.exploration.window(state)])
         state.evals[self.name] = [0, 0]
@@ -447,3 +453,93 @@ class PilotKernel:
             run, fit, self.leapfrog, step_size, n_steps, PILOT_CHECK)
         fit_state.surrogate_n_steps, fit_state.exact_n_steps = n_steps, 0
 
+
+
+class SurrogateNUTSKernel:
+    """Sample with surrogate NUTS (``docs/algorithms.md``, surrogate NUTS): its metric and
+    step size adapted by NUTS on the surrogate alone (:func:`surrogate_nuts_warmup`: no exact
+    evaluation), unless a step size is given (then the exploration's metric). The exact
+    stretches' static length is chosen as :class:`ExplorationKernel` chooses it, for the
+    exploration's step size and metric.
+
+    Parameters
+    ----------
+    settings : SurrogateNUTS
+        The sampling kernel's tree depth and surrogate transitions per test.
+    step_size : float, ndarray of shape (chains,) or None
+        The sampling's step size, if given.
+    leapfrog : LeapfrogSettings
+        The exploration's (its max_energy_error, and the target acceptance statistic of the
+        warm-up on the surrogate unless ``target_accept`` is given).
+    target_accept : float or None
+    """
+
+    def __init__(self, settings, step_size=None, leapfrog=None, target_accept=None):
+        self.settings, self.step_size, self.leapfrog = settings, step_size, leapfrog
+        self.target_accept = target_accept
+
+    def __call__(self, run, fit, fit_state):
+        state = run.state
+        fit_state.exact_n_steps = fit.choose_n_steps(run, per="step")
+        fit_state.surrogate_n_steps = 0  # (a tree sets its own length)
+        if self.step_size is not None:
+            step_size = (float(self.step_size) if np.ndim(self.step_size) == 0
+                         else float(self.step_size[state.chain]))
+        else:
+            state.inverse_mass, step_size = surrogate_nuts_warmup(
+                run, fit, self.leapfrog, self.settings.max_tree_depth,
+                self.leapfrog.target_accept if self.target_accept is None
+                else self.target_accept)
+        state.kernel = dict(state.kernel, step_size=step_size)
+
+
+class SurrogateNUTS:
+    """The settings of a surrogate NUTS sampling kernel: ``max_tree_depth`` doublings of a
+    tree, ``inner_steps`` surrogate NUTS transitions per exact test."""
+
+    def __init__(self, max_tree_depth=10, inner_steps=1):
+        self.max_tree_depth = check_integer(max_tree_depth, "max_tree_depth", minimum=1)
+        self.inner_steps = check_integer(inner_steps, "inner_steps", minimum=1)
+
+
+# NUTS on the surrogate alone before sampling: its iterations, and the windows of its metric
+# (as the exact NUTS warm-up's with the metrics from draws and gradients: rnshmc.NUTS)
+SURROGATE_WARMUP, SURROGATE_WARMUP_BUFFER, SURROGATE_WARMUP_WINDOW = 300, 5, 10
+
+
+def surrogate_nuts_warmup(run, fit, leapfrog, max_tree_depth, target_accept,
+                          n_iter=SURROGATE_WARMUP):
+    """(inverse mass, step size) of NUTS adapted on the surrogate alone (no exact
+    evaluation): ``n_iter`` transitions, each from a training-window state drawn at random
+    (so the warm-up cannot drift where the surrogate is wrong), the step size by dual
+    averaging to ``target_accept`` and the metric, in windows, by
+    :func:`rnshmc.adaptation.fisher_low_rank` from the transitions' draws and the
+    surrogate's gradients there; the last third adapts the step size alone."""
+    state, generator = run.state, run.generator
+    chain = nuts_chain(fit.surrogate(state)._ctarget, state, leapfrog.max_energy_error,
+                       max_tree_depth)
+    starts = state.outputs[fit.exploration.name]["samples"][fit.exploration.window(state)]
+    picks = generator.integers(len(starts), size=n_iter)
+    chain.set_position(starts[picks[0]])
+    chain.restart_step_size_adaptation(
+        initial_step_size(chain, generator, target_accept=target_accept), target_accept)
+    schedule = WarmupSchedule(n_iter, init_buffer=SURROGATE_WARMUP_BUFFER,
+                              term_buffer=n_iter // 3, base_window=SURROGATE_WARMUP_WINDOW,
+                              min_window=SURROGATE_WARMUP_WINDOW)
+    samples, gradients = np.empty((n_iter, state.dim)), np.empty((n_iter, state.dim))
+    records = np.empty(n_iter, TRANSITION)
+    inverse_mass = state.inverse_mass
+    window_start = schedule.slow_start
+    for i, pick in enumerate(picks):
+        chain.set_position(starts[pick])
+        chain.run(generator, 1, 1, False, samples[i:i + 1], records[i:i + 1],
+                  gradients=gradients[i:i + 1], adapt_step_size=True)
+        if schedule.window_end(i):
+            inverse_mass = fisher_low_rank(samples[window_start:i + 1],
+                                           gradients[window_start:i + 1]).dense()
+            chain.metric.set_inverse_mass(inverse_mass)
+            chain.restart_step_size_adaptation(
+                initial_step_size(chain, generator, chain.step_size, target_accept),
+                target_accept)
+            window_start = i + 1
+    return inverse_mass, chain.final_step_size
