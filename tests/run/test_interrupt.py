@@ -120,12 +120,19 @@ def test_states_stopped_between_transitions_continue_bit_identically():
     sampler = rnshmc.HMC(model, n_steps=10)
     kwargs = dict(draws=300000, tune=300, chains=1, rng=rng_seed(5))
     full = sampler.sample(progress=False, **kwargs)
+    started = time.perf_counter()
+    sampler.run_states(sampler.init_states(**kwargs), progress=False)
+    # (the Ctrl-C a third of the way into a run as long as that one: a fixed delay of 0.3 s
+    # found the run (0.28 s) finished on a quiet machine, and its signal hit the next test)
+    timer = threading.Timer((time.perf_counter() - started) / 3,
+                            lambda: os.kill(os.getpid(), signal.SIGINT))
     states = sampler.init_states(**kwargs)
-    timer = threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT))
     timer.start()
-    with pytest.raises(KeyboardInterrupt) as raised:
-        sampler.run_states(states, progress=False)
-    timer.cancel()
+    try:
+        with pytest.raises(KeyboardInterrupt) as raised:
+            sampler.run_states(states, progress=False)
+    finally:
+        timer.cancel()
     assert 0 < raised.value.states[0].iteration < 300000
     resumed = sampler.result(sampler.run_states(raised.value.states, progress=False))
     np.testing.assert_array_equal(resumed.samples, full.samples)
