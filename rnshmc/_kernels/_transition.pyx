@@ -795,22 +795,22 @@ cdef class NUTSChain(Chain):
         persist = persist and self.no_u_turn(ps_init_end, p_sharp_end, rho_extended)
         return 1 if persist else 0
 
-    cdef double tree(self, bitgen_t* bitgen, int* depth_out, Py_ssize_t* n_leapfrog,
-                     bint* moved) except? -1 nogil:
+    cdef double tree(self, bitgen_t* bitgen, int* depth_out,
+                     Py_ssize_t* n_leapfrog) except? -1 nogil:
         """One NUTS transition on the dynamics target from the point Z_START (its q, grad U
-        and U; a fresh momentum): the draw into Z_SAMPLE with its momentum. Returns the start's
-        energy H0; counts the leapfrog steps into ``n_leapfrog``, says whether the draw is not
-        the start and how deep the tree grew."""
+        and U; a fresh momentum): the draw into Z_SAMPLE with its momentum. Returns the
+        start's kinetic energy; counts the leapfrog steps into ``n_leapfrog`` and says how
+        deep the tree grew."""
         cdef Py_ssize_t d = self.dim
         cdef double* z = self.point(Z_NOW)
-        cdef double H0, log_sum_weight, log_weight_subtree
+        cdef double H0, z0_potential, log_sum_weight, log_weight_subtree
         cdef Py_ssize_t k
         cdef int depth = 0, valid
         cdef bint persist
-        moved[0] = False
         self.copy_point(Z_START, Z_NOW)
         self.metric.draw_momentum(bitgen, z + d)
-        H0 = z[3 * d] + self.metric.kinetic(z + d, self.v)
+        z0_potential = z[3 * d]
+        H0 = z0_potential + self.metric.kinetic(z + d, self.v)
         self.copy_point(Z_NOW, Z_FORWARD)
         self.copy_point(Z_NOW, Z_BACKWARD)
         self.copy_point(Z_NOW, Z_SAMPLE)
@@ -849,10 +849,8 @@ cdef class NUTSChain(Chain):
             # biased progressive sampling between the old tree and the new subtree
             if log_weight_subtree > log_sum_weight:
                 self.copy_point(Z_PROPOSE, Z_SAMPLE)
-                moved[0] = True
             elif random_standard_uniform(bitgen) < exp(log_weight_subtree - log_sum_weight):
                 self.copy_point(Z_PROPOSE, Z_SAMPLE)
-                moved[0] = True
             log_sum_weight = log_sum_exp(log_sum_weight, log_weight_subtree)
             self.add_vectors(self.top(RHO_BCK), self.top(RHO_FWD), self.top(RHO))
             persist = self.no_u_turn(self.top(PS_BCK_BCK), self.top(PS_FWD_FWD), self.top(RHO))
@@ -865,14 +863,14 @@ cdef class NUTSChain(Chain):
             if not persist:
                 break
         depth_out[0] = depth
-        return H0
+        return H0 - z0_potential
 
     cdef int transition(self, bitgen_t* bitgen, const RunSettings* settings,
                         Transition* record) except -1 nogil:
         cdef Py_ssize_t d = self.dim
         cdef double* start = self.point(Z_START)
         cdef double* sample = self.point(Z_SAMPLE)
-        cdef double H0, U_test_new, log_ratio, prob
+        cdef double kinetic0 = 0.0, kinetic, U_test_new, log_ratio, prob
         cdef Py_ssize_t n_leapfrog = 0
         cdef int depth = 0, deepest = 0, step
         cdef bint moved, accept
@@ -885,7 +883,9 @@ cdef class NUTSChain(Chain):
         for step in range(self.inner_steps):
             if step > 0:
                 self.copy_point(Z_SAMPLE, Z_START)
-            H0 = self.tree(bitgen, &depth, &n_leapfrog, &moved)
+            kinetic = self.tree(bitgen, &depth, &n_leapfrog)
+            if step == 0:  # (the transition's momentum: its energy, if it stays, is x's)
+                kinetic0 = kinetic
             deepest = depth if depth > deepest else deepest
         record.step_size = self.step_size
         record.n_steps = n_leapfrog
@@ -926,7 +926,7 @@ cdef class NUTSChain(Chain):
                 self.U_test = self.U_dyn
             record.energy = self.U_test + self.metric.kinetic(sample + d, self.v)
         else:
-            record.energy = self.U_test - self.U_dyn + H0
+            record.energy = self.U_test + kinetic0
         record.accept_prob = prob
         record.accepted = accept
         record.log_density = -self.U_test

@@ -143,9 +143,10 @@ class RNSHMC(Sampler):
         the surrogate's dynamics. After ``max_refits`` (default 2) refits a further distrust
         makes the rest of the chain exact (fallback). ``kernel`` is the exact stretches' and
         the fallback's kernel: "nuts" (default) or "hmc" (static trajectories of
-        ``exact_n_steps``), with the exploration's step size and mass matrix. Each refit and fallback is recorded in the result
-        (``trust_events``, ``exact_dynamics``) and warned about. False turns the watch off
-        (then only a warning when acceptance collapses).
+        ``exact_n_steps``), with the exploration's mass matrix and a step size adapted afresh
+        where the chain is (``docs/algorithms.md`` section 4). Each refit and fallback is
+        recorded in the result (``trust_events``, ``exact_dynamics``) and warned about. False
+        turns the watch off (then only a warning when acceptance collapses).
     share_surrogate : bool
         Fit one surrogate to the training data of all the chains' explorations, pooled, and
         sample every chain on it (default True; False: each chain fits its own to its own

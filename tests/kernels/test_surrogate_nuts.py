@@ -219,3 +219,15 @@ def test_continued_from_its_state_the_chain_draws_the_uninterrupted_draws():
     second, _ = run(again, generator, 35)
     np.testing.assert_array_equal(np.vstack([first, second]), expected)
     assert again.n_density_evals == whole.n_density_evals
+
+
+def test_the_recorded_energy_is_the_draws_potential_plus_a_kinetic_energy():
+    """Each record's energy is U at the chain's state after the transition plus the kinetic
+    energy of a momentum (the first tree's, where the chain stayed): never below U, also with
+    several trees per test."""
+    target, _, cov = banana(twist=0.15)
+    samples, records = sample_chains(
+        lambda: surrogate_nuts(Gaussian(np.zeros(2), covariance=2 * cov), target, 2, 0.7,
+                               inner_steps=3), 0, 500, chains=2)
+    assert not records["accepted"].all()
+    assert np.all(records["energy"] + records["log_density"] >= 0.0)

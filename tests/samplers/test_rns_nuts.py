@@ -78,17 +78,19 @@ def test_refuses_what_it_cannot_combine():
 
 @pytest.mark.parametrize("kernel", ["nuts", "hmc"])
 def test_a_fallen_back_chain_accepts_as_the_exploration_did(kernel):
-    """A surrogate of 3 units is distrusted at once and the chains fall back to exact
-    dynamics; these re-adapt their step size where the chain is (recorded in the trust
-    event) and accept as the exploration did."""
+    """A surrogate of 3 units, watched with ratio 1 (a window accepting less than the
+    exploration did distrusts it), falls back to exact dynamics; the fallen-back chain
+    re-adapts its step size where it is (recorded in the trust event) and accepts as the
+    exploration did."""
     model, mean, cov = correlated_gaussian(dim=4, seed=0)
-    sampler = rnshmc.RNSHMC(model, n_hidden=3, trust=dict(max_refits=0, kernel=kernel),
-                            kernel="nuts")
+    sampler = rnshmc.RNSHMC(model, n_hidden=3, kernel="nuts",
+                            trust=dict(ratio=1.0, max_refits=0, kernel=kernel))
     result = quiet(sampler, 600, tune=200, chains=2, rng=rng_seed(0), pool=None)
     assert result["fallback"].all()
     for chain in range(2):
         exact = result["exact_dynamics"][chain]
-        assert exact.mean() > 0.5
-        assert "rewarm_step_size" in result["trust_events"][chain][-1]
+        event = result["trust_events"][chain][-1]
+        assert event["action"] == "fallback" and "rewarm_step_size" in event
+        assert exact[event["iteration"]:].all() and not exact[:event["iteration"]].any()
         reference = result["exploration_acceptance_rate"][chain]
         assert result.accept_prob[chain][exact].mean() > 0.75 * reference

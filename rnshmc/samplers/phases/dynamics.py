@@ -330,9 +330,6 @@ class SurrogateSampling(WatchedPhase):
         if exact_kernel is None:
             exact_kernel = "hmc" if trust is None else trust.kernel
         super().__init__(Phase.SAMPLING, trust, online, exact_kernel)
-        if nuts is not None and (metric is not None or delayed_acceptance):
-            raise ValueError("surrogate NUTS runs the leapfrog with its own test: no Hessian "
-                             "metric and no delayed acceptance")
         self.metric, self.after_adaptation, self.nuts = metric, after_adaptation, nuts
         self.fit, self.leapfrog, self.delayed_acceptance = fit, leapfrog, delayed_acceptance
         self.jitter = leapfrog.jitter if jitter is None else jitter

@@ -15,13 +15,14 @@ from typing import Optional
 
 import numpy as np
 
-from ...adaptation import (WarmupSchedule, fisher_low_rank, initial_step_size,
-                           regularized_variance, trajectory_length_for_min_ess)
+from ...adaptation import (fisher_low_rank, initial_step_size, regularized_variance,
+                           trajectory_length_for_min_ess)
 from ...state import PartState, generator_from_json, generator_to_json
 from ...surrogate import Surrogate, gradient_flops, surrogate_from_state
 from ...validation import check_integer, check_real
 from ..._kernels._chain import TRANSITION
 from .base import Phase, euclidean_chain, nuts_chain
+from .exact import MetricWarmup
 
 # the largest number of leapfrog steps the automatic trajectory length considers
 MAX_AUTO_STEPS = 1024
@@ -502,9 +503,8 @@ class SurrogateNUTS:
         self.inner_steps = check_integer(inner_steps, "inner_steps", minimum=1)
 
 
-# NUTS on the surrogate alone before sampling: its iterations, and the windows of its metric
-# (as the exact NUTS warm-up's with the metrics from draws and gradients: rnshmc.NUTS)
-SURROGATE_WARMUP, SURROGATE_WARMUP_BUFFER, SURROGATE_WARMUP_WINDOW = 300, 5, 10
+# the iterations of NUTS on the surrogate alone before sampling (rnshmc.NUTS's warm-up)
+SURROGATE_WARMUP = 300
 
 
 def surrogate_nuts_warmup(run, fit, leapfrog, max_tree_depth, target_accept,
@@ -523,9 +523,8 @@ def surrogate_nuts_warmup(run, fit, leapfrog, max_tree_depth, target_accept,
     chain.set_position(starts[picks[0]])
     chain.restart_step_size_adaptation(
         initial_step_size(chain, generator, target_accept=target_accept), target_accept)
-    schedule = WarmupSchedule(n_iter, init_buffer=SURROGATE_WARMUP_BUFFER,
-                              term_buffer=n_iter // 3, base_window=SURROGATE_WARMUP_WINDOW,
-                              min_window=SURROGATE_WARMUP_WINDOW)
+    # (the windows of the exact NUTS warm-up with the metrics from draws and gradients)
+    schedule = MetricWarmup(leapfrog, "low_rank").schedule(state, n_iter)
     samples, gradients = np.empty((n_iter, state.dim)), np.empty((n_iter, state.dim))
     records = np.empty(n_iter, TRANSITION)
     inverse_mass = state.inverse_mass
