@@ -1,4 +1,5 @@
-"""The random-network surrogate as a C-level target, and the hidden layer used by its fit.
+"""The random-network surrogate as a C-level target, the hidden layer used by its fit, and the
+tail guard that keeps any surrogate's potential rising beyond its training data.
 
 z(q) = sum_i v_i a(pre_i(x)) + offset, x = q (or A (q - mean) for whitened RBF networks), with
   additive nodes:  pre = W x + bias,                     grad_x pre_i = W_i
@@ -13,7 +14,10 @@ whitening into W and bias (the Python front end does this), so they never transf
 import numpy as np
 
 from ._activations cimport activation_kinds, activation_table, weighted_slopes, weighted_values
-from ._blas cimport RowMajor, Lower, NoTrans, Trans, _gemv, _gemm, _trmv, _dot, _axpy
+from libc.math cimport sqrt
+from libc.string cimport memcpy
+
+from ._blas cimport RowMajor, Lower, NoTrans, Trans, _gemv, _gemm, _trmv, _trsv, _dot, _axpy
 from ._targets cimport CTarget
 
 ACTIVATIONS = activation_kinds()
@@ -310,3 +314,97 @@ cdef class NetworkTarget(CTarget):
             A = np.asarray(self._arrays[4])
             H = A.T @ H @ A
         return 0.5 * (H + H.T)
+
+
+cdef class TailGuard(CTarget):
+    """A surrogate's potential with a guard in its tails (internal; see
+    ``docs/algorithms.md`` section 14):
+
+        U_g(q) = U(q) + stiffness / 2 * max(0, r(q) - radius)^2,  r(q) = |L^{-1} (q - mean)|,
+
+    with ``mean`` and the lower Cholesky factor ``L`` of the training inputs' covariance and
+    ``radius`` the largest r of a training input: equal to the surrogate where it was fitted,
+    and rising at least as a Gaussian of unit scale (in whitened units) beyond, where a fitted
+    network can fall off. grad U_g = grad U + stiffness (r - radius) / r L^{-T} z, z =
+    L^{-1} (q - mean). The inner target is held by reference (an online install reaches it).
+
+    Parameters
+    ----------
+    inner : CTarget
+    mean : ndarray of shape (dim,)
+    factor : ndarray of shape (dim, dim)
+        Lower triangular, positive diagonal.
+    radius : float
+    stiffness : float
+    """
+    cdef readonly CTarget inner
+    cdef const double[::1] mean
+    cdef const double[:, ::1] factor
+    cdef readonly double radius
+    cdef readonly double stiffness
+    cdef object _arrays
+    # scratch layout: [the inner target's | z (dim) | w (dim)]
+
+    def __init__(self, CTarget inner, mean, factor, double radius, double stiffness=1.0):
+        mean = np.ascontiguousarray(mean, dtype=np.float64)
+        factor = np.ascontiguousarray(factor, dtype=np.float64)
+        d = inner.dim
+        if mean.shape != (d,) or factor.shape != (d, d):
+            raise ValueError(f"the guard's mean and factor must have shapes ({d},) and ({d}, {d})")
+        if not (np.all(np.isfinite(mean)) and np.all(np.isfinite(factor))
+                and np.all(np.diag(factor) > 0) and not np.any(np.triu(factor, 1))):
+            raise ValueError("the guard's factor must be finite and lower triangular with a "
+                             "positive diagonal, its mean finite")
+        if not (radius >= 0 and stiffness > 0 and np.isfinite(radius) and np.isfinite(stiffness)):
+            raise ValueError(f"the guard needs a finite radius >= 0 and stiffness > 0, got "
+                             f"{radius!r} and {stiffness!r}")
+        super().__init__(d, inner.scratch_size + 2 * d)
+        self.inner, self.radius, self.stiffness = inner, radius, stiffness
+        self._arrays = (mean, factor)
+        self.mean, self.factor = mean, factor
+
+    def __reduce__(self):
+        return (TailGuard, (self.inner, self._arrays[0], self._arrays[1], self.radius,
+                            self.stiffness))
+
+    cdef double excess(self, const double* q, double* scratch) noexcept nogil:
+        """r(q) - radius (z = L^{-1} (q - mean) left in the scratch; r in its last slot)."""
+        cdef Py_ssize_t k
+        cdef int d = <int> self.dim
+        cdef double* z = scratch + self.inner.scratch_size
+        for k in range(d):
+            z[k] = q[k] - self.mean[k]
+        _trsv(RowMajor, Lower, NoTrans, d, &self.factor[0, 0], d, z, 1)
+        return sqrt(_dot(d, z, 1, z, 1)) - self.radius
+
+    cdef void add_gradient(self, double excess, double* grad, double* scratch) noexcept nogil:
+        """grad += stiffness excess / r L^{-T} z, for excess = r - radius > 0."""
+        cdef int d = <int> self.dim
+        cdef double* z = scratch + self.inner.scratch_size
+        cdef double* w = z + d
+        memcpy(w, z, d * sizeof(double))
+        _trsv(RowMajor, Lower, Trans, d, &self.factor[0, 0], d, w, 1)
+        _axpy(d, self.stiffness * excess / (excess + self.radius), w, 1, grad, 1)
+
+    cdef int potential(self, const double* q, double* U, double* scratch) except -1 nogil:
+        cdef double excess = self.excess(q, scratch)
+        self.inner.potential(q, U, scratch)
+        if excess > 0.0:
+            U[0] += 0.5 * self.stiffness * excess * excess
+        return 0
+
+    cdef int gradient(self, const double* q, double* grad, double* scratch) except -1 nogil:
+        cdef double excess = self.excess(q, scratch)
+        self.inner.gradient(q, grad, scratch)
+        if excess > 0.0:
+            self.add_gradient(excess, grad, scratch)
+        return 0
+
+    cdef int potential_and_gradient(self, const double* q, double* U, double* grad,
+                                    double* scratch) except -1 nogil:
+        cdef double excess = self.excess(q, scratch)
+        self.inner.potential_and_gradient(q, U, grad, scratch)
+        if excess > 0.0:
+            U[0] += 0.5 * self.stiffness * excess * excess
+            self.add_gradient(excess, grad, scratch)
+        return 0

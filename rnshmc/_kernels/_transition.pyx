@@ -210,6 +210,17 @@ cdef class Chain(BaseChain):
         self.U_test = U_test
         self.has_state = True
 
+    def refresh_dynamics(self):
+        """Evaluate the dynamics potential and gradient at the chain's state again (after the
+        dynamics target changed in place: an online install), counting one gradient; the
+        test potential is kept."""
+        if not self.has_state:
+            raise RuntimeError("set_position must be called before refresh_dynamics")
+        cdef double U
+        self.dynamics.potential_and_gradient(self.q, &U, self.grad, self.scratch)
+        self.U_dyn = U
+        self.n_gradient_evals += 1
+
     @property
     def position(self):
         return np.array(<double[:self.dim]> self.q)

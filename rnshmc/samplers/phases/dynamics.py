@@ -355,7 +355,7 @@ class SurrogateSampling(WatchedPhase):
         if self.metric is not None:
             return self.metric.make_chain(run, self.fit.surrogate(state))
         if self.nuts is not None:
-            return nuts_chain(self.fit.surrogate(state)._ctarget, state,
+            return nuts_chain(self.fit.dynamics(state, guarded=True), state,
                               self.leapfrog.max_energy_error, self.nuts.max_tree_depth,
                               test=run.target, inner_steps=self.nuts.inner_steps)
         return euclidean_chain(self.fit.surrogate(state)._ctarget, state,

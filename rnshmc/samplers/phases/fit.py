@@ -14,6 +14,7 @@ import math
 from typing import Optional
 
 import numpy as np
+import scipy.linalg
 
 from ...adaptation import (fisher_low_rank, initial_step_size, regularized_variance,
                            trajectory_length_for_min_ess)
@@ -21,6 +22,7 @@ from ...state import PartState, generator_from_json, generator_to_json
 from ...surrogate import Surrogate, gradient_flops, surrogate_from_state
 from ...validation import check_integer, check_real
 from ..._kernels._chain import TRANSITION
+from ..._kernels._surrogate import TailGuard
 from .base import Phase, euclidean_chain, nuts_chain
 from .exact import MetricWarmup
 
@@ -183,6 +185,22 @@ class FitState(PartState):
     jump_scale: Optional[np.ndarray] = None
     exploration_jump: float = math.nan
     warm_start: bool = False  # carried over from an earlier run (see Sampler.warm_states)
+    # the surrogate's tail guard: its training inputs' mean, covariance factor and largest
+    # whitened norm (tail_guard)
+    guard: Optional[dict] = None
+
+
+def tail_guard(surrogate, Q):
+    """The tail guard of a surrogate fitted to inputs ``Q`` (``docs/algorithms.md`` section
+    14): a dict of the inputs' ``mean``, the lower Cholesky ``factor`` of their covariance
+    (the surrogate's whitening, where it whitens) and the ``radius``, the largest whitened
+    norm of an input."""
+    mean, factor = surrogate.input_mean_, surrogate.input_factor_
+    if factor is None:
+        mean, factor = surrogate._input_transform(Q)
+    whitened = scipy.linalg.solve_triangular(factor, (Q - mean).T, lower=True)
+    return dict(mean=np.array(mean), factor=np.array(factor),
+                radius=float(np.sqrt(np.max(np.sum(whitened ** 2, axis=0)))))
 
 
 def mean_jump(samples, scale):
@@ -261,6 +279,7 @@ class SurrogateFit(Phase):
                                       online=self.online is not None)
         fit = state.parts.setdefault(FitState.KEY, FitState())
         fit.surrogate = surrogate.get_state()
+        fit.guard = tail_guard(surrogate, Q)
         if self.online is not None:
             self.online.fitted(state, surrogate, U)
         return surrogate
@@ -304,6 +323,15 @@ class SurrogateFit(Phase):
                                               self.step_cost_setting, self.surrogate(state)))
         return n_steps
 
+    def dynamics(self, state, guarded=False):
+        """The C target of the chain's surrogate dynamics; ``guarded``: in its tail guard
+        (:class:`rnshmc._kernels._surrogate.TailGuard`)."""
+        target = self.surrogate(state)._ctarget
+        guard = FitState.of(state).guard
+        if not guarded or guard is None:
+            return target
+        return TailGuard(target, guard["mean"], guard["factor"], float(guard["radius"]))
+
     def surrogate(self, state):
         """The surrogate the chain's dynamics run on."""
         if self.online is not None:
@@ -344,9 +372,10 @@ class SharedFit:
                             fit.settings.hidden_units(states[0].dim))
         states[0].rng = generator_to_json(generator)
         covariance = exploration_covariance(fit.exploration, states)
+        guard = FitState.of(states[0]).guard
         for state in states:
             state.parts[FitState.KEY] = FitState(
-                surrogate=FitState.of(states[0]).surrogate, covariance=covariance,
+                surrogate=FitState.of(states[0]).surrogate, covariance=covariance, guard=guard,
                 covariance_states=sum(len(s.outputs[fit.exploration.name]["samples"][
                     fit.exploration.window(s)]) for s in states))
             if state is not states[0] and fit.online is not None:
@@ -516,7 +545,7 @@ def surrogate_nuts_warmup(run, fit, leapfrog, max_tree_depth, target_accept,
     :func:`rnshmc.adaptation.fisher_low_rank` from the transitions' draws and the
     surrogate's gradients there; the last third adapts the step size alone."""
     state, generator = run.state, run.generator
-    chain = nuts_chain(fit.surrogate(state)._ctarget, state, leapfrog.max_energy_error,
+    chain = nuts_chain(fit.dynamics(state, guarded=True), state, leapfrog.max_energy_error,
                        max_tree_depth)
     starts = state.outputs[fit.exploration.name]["samples"][fit.exploration.window(state)]
     picks = generator.integers(len(starts), size=n_iter)

@@ -308,10 +308,7 @@ class OnlineInstalls:
         if not online.refresh:
             return
         if mode == "surrogate":  # (an exact stretch's chain has no surrogate cached)
-            kernel = chain.get_state()
-            potential, gradient = online.estimator.potential_and_gradient(kernel["position"])
-            chain.set_state(dict(kernel, potential_dynamics=potential, gradient=gradient,
-                                 n_gradient_evals=kernel["n_gradient_evals"] + 1))
+            chain.refresh_dynamics()  # (its dynamics target, the tail guard's included)
             run.keep_current(Phase.SAMPLING, chain)
         online.refresh = False
 
