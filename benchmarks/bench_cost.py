@@ -14,6 +14,8 @@ Competitors, side by side in one run, for each seed:
     surrogate), and ARNS-HMC with a surrogate per chain (the earlier default);
   - both with surrogate NUTS (``kernel="nuts"``) instead of static surrogate trajectories;
   - adaptive Metropolis (warm-up 1000), where it can finish within its budget.
+Each row also gives the exploration's (and training's) evaluations and sigma, the spread of
+log(pi / pi~) on the held-out states at the exploration's last check.
 
 Problems (``--problems``):
   pde        the authors' elliptic PDE (the synthetic Q1 30x30 one without the papers' data):
@@ -76,11 +78,28 @@ def run_one(model, sampler, tune, seed, max_evals, warm_start=None):
     return result, time.perf_counter() - start
 
 
+def exploration_cost(result):
+    """The exploration's (and training's) model evaluations of a surrogate run ("" for an
+    exact one)."""
+    phases = result.cost["phases"]
+    if "exploration" not in phases or "training" not in phases:
+        return ""
+    return str(sum(phases[name]["density_evals"] + phases[name]["gradient_evals"]
+                   for name in ("exploration", "training")))
+
+
+def final_sigma(result):
+    """The spread of log(pi / pi~) on the held-out states at the exploration's last check
+    (chain 0's; "" without checks)."""
+    checks = (result.get("exploration") or [{}])[0].get("checks") or []
+    return f"{checks[-1]['sigma']:.2f}" if checks and "sigma" in checks[-1] else ""
+
+
 def cost_table(title, model, seeds, skip, max_evals, unit="solves", only=()):
     print(f"\n{title}: to min bulk ESS {ESS} and R-hat <= 1.01, 4 chains "
           f"(model evaluations = densities + gradients)", flush=True)
     print(f"  {'run':40s} {'seed':>4s} {unit:>9s} {'wall s':>7s} {'draws':>6s} "
-          f"{'min ESS':>7s} {'R-hat':>6s} {'stop':>10s}  chosen")
+          f"{'min ESS':>7s} {'R-hat':>6s} {'stop':>10s} {'explore':>7s} {'sigma':>5s}  chosen")
     table = {}
     warm = "rnshmc.sample, warm_start=run above"
     for seed in seeds:
@@ -100,7 +119,8 @@ def cost_table(title, model, seeds, skip, max_evals, unit="solves", only=()):
             chosen = result.get("choice", {}).get("sampler", "")
             print(f"  {name:40s} {seed:4d} {cost['model_evals']:9d} {seconds:7.1f} "
                   f"{stop['draws']:6d} {stop['ess']:7.0f} {stop['rhat']:6.3f} "
-                  f"{stop['reason']:>10s}  {chosen}", flush=True)
+                  f"{stop['reason']:>10s} {exploration_cost(result):>7s} "
+                  f"{final_sigma(result):>5s}  {chosen}", flush=True)
     medians = {name: (np.median([r[0] for r in rows]), np.median([r[1] for r in rows]))
                for name, rows in table.items()}
     # the exact baseline: the cheaper of HMC at its best and NUTS (converged runs' medians)

@@ -63,6 +63,7 @@ def test_the_exploration_stops_earlier_on_an_easy_target_than_on_a_hard_one(seed
                                     else "the longest exploration")
         assert res.n_density_evals_explore.min() > 0
         assert all(0 <= c["predicted_acceptance"] <= 1 for c in checks)
+        assert all(np.isfinite(c["sigma"]) and c["sigma"] >= 0 for c in checks)
     assert easy.exploration[0]["iterations"] == round_length
     assert hard.exploration[0]["iterations"] > easy.exploration[0]["iterations"]
     # the rounds are exploration: the draws are still the posterior's (on the banana, the

@@ -208,13 +208,19 @@ class ExplorationCheck:
         first.rng = generator_to_json(generator)
         Q0, U0, Q1, U1, exact = (np.concatenate(parts) for parts in zip(
             *(exploration.proposals(s, slice(n - held_out, n)) for s in states)))
-        error_change = (U1 - surrogate.predict(Q1)) - (U0 - surrogate.predict(Q0))
+        error0, error1 = U0 - surrogate.predict(Q0), U1 - surrogate.predict(Q1)
+        error_change = error1 - error0
         with np.errstate(divide="ignore", over="ignore"):
             log_exact = np.log(exact)
             predicted = np.exp(np.minimum(0.0, log_exact - error_change))
+        # sigma: the spread of log(pi / pi~) = U~ - U over the held-out states and proposals,
+        # which sets surrogate NUTS's acceptance (docs/algorithms.md section 14)
+        finite = np.concatenate([error0, error1])
+        finite = finite[np.isfinite(finite)]
         record = dict(iteration=n, predicted_acceptance=float(predicted.mean()),
                       exact_acceptance=float(exact.mean()),
                       error_change_rms=float(np.sqrt(np.mean(error_change ** 2))),
+                      sigma=float(finite.std()) if finite.size > 1 else float("nan"),
                       training_points=int(len(U)), held_out=int(len(exact)))
         good = record["predicted_acceptance"] >= self.GOOD_ENOUGH * record["exact_acceptance"]
         longest = n + checks.round_length > checks.max_length
