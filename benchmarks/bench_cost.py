@@ -89,7 +89,7 @@ def exploration_cost(result):
 
 
 def final_sigma(result):
-    """The spread of log(pi / pi~) on the held-out states at the exploration's last check
+    """The spread of log(pi / pi~) over the held-out states at the exploration's last check
     (chain 0's; "" without checks)."""
     checks = (result.get("exploration") or [{}])[0].get("checks") or []
     return f"{checks[-1]['sigma']:.2f}" if checks and "sigma" in checks[-1] else ""

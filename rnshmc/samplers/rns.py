@@ -211,8 +211,8 @@ class RNSHMC(Sampler):
     points). With ``tune="auto"``, ``exploration`` (per chain): its ``iterations``, the
     ``reason`` it stopped and its ``checks`` (each: the iteration, the predicted and exact
     acceptance of the held-out transitions, the RMS change of the surrogate's error along
-    them, ``sigma``, the standard deviation of U - U_surrogate over their states and
-    proposals, the training points and the held-out transitions). ``n_gradient_evals_sampling`` counts the exact gradients of exact stretches
+    them, ``sigma``, the standard deviation of U - U_surrogate over their states, the
+    training points and the held-out transitions). ``n_gradient_evals_sampling`` counts the exact gradients of exact stretches
     (``n_surrogate_gradient_evals`` the surrogate's).
 
     Every transition, on the surrogate's dynamics or the exact ones, leaves the posterior
