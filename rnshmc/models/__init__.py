@@ -5,9 +5,9 @@ from .toy import (Gaussian, GaussianMixture, RoughWell, correlated_gaussian_2d,
                   ill_conditioned_gaussian)
 from .umbridge import UMBridgeModel
 from .hard import correlated_regression, gp_poisson, hard_posteriors, neals_funnel
-from .ode import lotka_volterra
+from .ode import LotkaVolterra, lotka_volterra
 
 __all__ = ["LogisticRegression", "EllipticPDE", "Gaussian", "GaussianMixture", "RoughWell",
            "correlated_gaussian_2d", "ill_conditioned_gaussian", "UMBridgeModel",
            "correlated_regression", "neals_funnel", "gp_poisson", "hard_posteriors",
-           "lotka_volterra"]
+           "LotkaVolterra", "lotka_volterra"]

@@ -10,9 +10,7 @@ import numpy as np
 from scipy.integrate import solve_ivp
 from scipy.special import log_ndtr
 
-from ..targets import Target
-
-__all__ = ["lotka_volterra"]
+__all__ = ["lotka_volterra", "LotkaVolterra"]
 
 # the true (alpha, beta, gamma, delta, u0, v0, sigma_u, sigma_v) the data are simulated at:
 # near the case study's posterior means for the Hudson's Bay lynx and hare pelts
@@ -151,12 +149,16 @@ def lotka_volterra(n_times=20, seed=0, rtol=1e-8, atol=1e-8):
 
     Returns
     -------
-    target : rnshmc.Target
-        dim 8. The log density is the log joint density log p(y, q) (every constant of the
-        densities above kept: the log posterior plus the log evidence). ``log_density``
-        solves the ODE alone (2 states); ``log_density_gradient`` solves it with its forward
-        sensitivities (14 states: the two and their derivatives in log alpha, log beta,
-        log gamma, log delta, log u0, log v0), the gradient following by the chain rule.
+    target : LotkaVolterra
+        A BridgeStan-style target (``dim``, ``log_density``, ``log_density_gradient``,
+        ``init_point``) that pickles, so that ``sample()`` runs its chains in worker
+        processes; ``LotkaVolterra(reference["times"], reference["y"], rtol, atol)`` is the
+        same target. dim 8. The log density is the log joint density log p(y, q) (every
+        constant of the densities above kept: the log posterior plus the log evidence).
+        ``log_density`` solves the ODE alone (2 states); ``log_density_gradient`` solves it
+        with its forward sensitivities (14 states: the two and their derivatives in
+        log alpha, log beta, log gamma, log delta, log u0, log v0), the gradient following
+        by the chain rule.
         Both solve for (log u, log v), d/dt log u = alpha - beta v, d/dt log v =
         -gamma + delta u, so that the populations stay positive, with ``solve_ivp``'s
         DOP853 (``t_eval`` the observation times). The log density is -inf (with a zero
@@ -167,9 +169,10 @@ def lotka_volterra(n_times=20, seed=0, rtol=1e-8, atol=1e-8):
         posterior); all only far in the tails, where the two kinds of solve may disagree on
         which points are -inf. Two
         counters, ``target.n_solves`` (every solve) and ``target.n_gradient_solves`` (those
-        with sensitivities), count the solves made in this process (not those in the
-        workers of a process pool; a run's result counts its own evaluations,
-        ``n_density_evals`` and ``n_gradient_evals``); set them to 0 to start a count.
+        with sensitivities), count the solves made through this object in this process:
+        not those in the workers of a process pool, whose copies count their own (from 0)
+        and keep their counts; a run's result counts its evaluations in every process,
+        ``n_density_evals`` and ``n_gradient_evals``. Set them to 0 to start a count.
         Chains start (``init_point``) at the true parameters with N(0, 0.1^2) jitter on each
         coordinate: the posterior (standard deviations about 0.07 to 0.17 on the log scale,
         correlations up to about 0.95) has a local mode about 44 lower in log density
@@ -195,22 +198,97 @@ def lotka_volterra(n_times=20, seed=0, rtol=1e-8, atol=1e-8):
         raise ValueError(f"n_times must be an integer >= 2, got {n_times!r}")
     times = HORIZON * np.arange(1, n_times + 1) / n_times
     y = _simulate(TRUTH, times, seed)
-    log_y = np.log(y)
-    n = times.size
-    # the constants: the truncations' normalisers (Phi(mean / sd)), the normal densities',
-    # and the log-normal observations' Jacobian (-sum log y)
-    constant = (-4 * 0.5 * np.log(2 * np.pi) - np.log(RATE_SD).sum()
-                - log_ndtr(RATE_MEAN / RATE_SD).sum()
-                - 4 * 0.5 * np.log(2 * np.pi) - np.log(LOG_SD).sum()
-                - 2 * n * 0.5 * np.log(2 * np.pi) - log_y.sum())
-    lock = threading.Lock()
+    return LotkaVolterra(times, y, rtol=rtol, atol=atol), dict(truth=np.log(TRUTH), times=times,
+                                                               y=y)
 
-    def count(gradient):
-        with lock:
-            target.n_solves += 1
-            target.n_gradient_solves += gradient
 
-    def prior(q):
+class LotkaVolterra:
+    """The Lotka-Volterra posterior of :func:`lotka_volterra` given its data: a picklable
+    target (module-level, holding only arrays and numbers), so that its chains can run in
+    worker processes.
+
+    Parameters
+    ----------
+    times : array_like of shape (n,)
+        The observation times, increasing, positive and finite (the ODE starts at t = 0).
+    y : array_like of shape (2, n)
+        The observed prey (row 0) and predators (row 1) at ``times``, positive and finite.
+    rtol, atol : float
+        The tolerances of the ODE solves (see :func:`lotka_volterra`).
+
+    Attributes
+    ----------
+    dim : int
+        8.
+    has_gradient : bool
+        True.
+    n_solves, n_gradient_solves : int
+        The solves made through this object in this process (every solve; those with
+        sensitivities). A copy (``pickle``, ``copy.copy``: what a worker process of a pool
+        receives) starts both at 0 and counts its own solves, which stay in its process: a
+        run's result counts its evaluations in every process (``n_density_evals``,
+        ``n_gradient_evals``). Set them to 0 to start a count. Thread-safe.
+
+    Notes
+    -----
+    ``init_point(rng)`` starts chains about the parameters :func:`lotka_volterra` simulates
+    its data at: with data of your own, pass ``init=`` to ``sample()``.
+
+    See :func:`lotka_volterra` for the model, the log density and its cost.
+    """
+
+    dim = 8
+    has_gradient = True
+
+    def __init__(self, times, y, rtol=1e-8, atol=1e-8):
+        times = np.array(times, dtype=np.float64)
+        y = np.array(y, dtype=np.float64)
+        if times.ndim != 1 or times.size < 1 or not np.all(np.isfinite(times)):
+            raise ValueError(f"times must be a non-empty 1-d array of finite numbers, got "
+                             f"shape {times.shape}")
+        if times[0] <= 0 or np.any(np.diff(times) <= 0):
+            raise ValueError("times must be positive and increasing")
+        if y.shape != (2, times.size) or not np.all(np.isfinite(y) & (y > 0)):
+            raise ValueError(f"y must be of shape (2, {times.size}), positive and finite")
+        for name, value in (("rtol", rtol), ("atol", atol)):
+            if isinstance(value, bool) or not (np.isfinite(value) and value > 0):
+                raise ValueError(f"{name} must be positive and finite, got {value!r}")
+        times.flags.writeable = y.flags.writeable = False
+        self.times, self.y, self.rtol, self.atol = times, y, float(rtol), float(atol)
+        self._log_y = np.log(y)
+        n = times.size
+        # the constants: the truncations' normalisers (Phi(mean / sd)), the normal densities',
+        # and the log-normal observations' Jacobian (-sum log y)
+        self._constant = float(-4 * 0.5 * np.log(2 * np.pi) - np.log(RATE_SD).sum()
+                               - log_ndtr(RATE_MEAN / RATE_SD).sum()
+                               - 4 * 0.5 * np.log(2 * np.pi) - np.log(LOG_SD).sum()
+                               - 2 * n * 0.5 * np.log(2 * np.pi) - self._log_y.sum())
+        self._lock = threading.Lock()
+        self.n_solves = 0
+        self.n_gradient_solves = 0
+
+    # a copy (pickled for a worker process) has a lock of its own and counts from 0:
+    # a lock does not pickle, and the counts are this object's in this process
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        del state["_lock"]
+        state["n_solves"] = state["n_gradient_solves"] = 0
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def __repr__(self):
+        return (f"LotkaVolterra(n_times={self.times.size}, T={self.times[-1]:g}, "
+                f"rtol={self.rtol:g}, atol={self.atol:g})")
+
+    def _count(self, gradient):
+        with self._lock:
+            self.n_solves += 1
+            self.n_gradient_solves += gradient
+
+    def _prior(self, q):
         """The log prior density of q (its constant left out) and its gradient."""
         rates = np.exp(q[:4])
         z = (rates - RATE_MEAN) / RATE_SD
@@ -218,48 +296,55 @@ def lotka_volterra(n_times=20, seed=0, rtol=1e-8, atol=1e-8):
         logp = -0.5 * z @ z + q[:4].sum() - 0.5 * w @ w
         return logp, np.concatenate([1.0 - z * rates / RATE_SD, -w / LOG_SD])
 
-    def log_likelihood(q, log_z):
+    def _log_likelihood(self, q, log_z):
         """The log likelihood (its constant left out) and the residuals / sigma^2."""
-        residual = log_y - log_z
+        residual = self._log_y - log_z
         scaled = residual * np.exp(-2 * q[6:8, None])
-        return -n * q[6:8].sum() - 0.5 * np.sum(residual * scaled), residual, scaled
+        return (-self.times.size * q[6:8].sum() - 0.5 * np.sum(residual * scaled), residual,
+                scaled)
 
-    def outside(q):
+    @staticmethod
+    def _outside(q):
         return not np.all(np.abs(q) < 700)  # (exp overflows; NaN too)
 
-    def logp(q):
-        if outside(q):
+    def log_density(self, q):
+        """The log joint density at ``q`` (float; -inf outside the support, see
+        :func:`lotka_volterra`): one solve of the ODE."""
+        q = np.asarray(q, dtype=np.float64)
+        if self._outside(q):
             return -np.inf
-        count(False)
+        self._count(False)
         with np.errstate(all="ignore"):  # (far out, overflows: -inf below)
-            log_z = _solve(np.exp(q[:4]), q[4:6], times, rtol, atol, sensitivities=False)
+            log_z = _solve(np.exp(q[:4]), q[4:6], self.times, self.rtol, self.atol,
+                           sensitivities=False)
             if log_z is None:
                 return -np.inf
-            value = prior(q)[0] + log_likelihood(q, log_z)[0] + constant
+            value = self._prior(q)[0] + self._log_likelihood(q, log_z)[0] + self._constant
         return float(value) if np.isfinite(value) else -np.inf
 
-    def logp_and_grad(q):
-        if outside(q):
+    def log_density_gradient(self, q):
+        """(log density, gradient) at ``q``: (float, ndarray of shape (8,)), (-inf, zeros)
+        outside the support; one solve with forward sensitivities."""
+        q = np.asarray(q, dtype=np.float64)
+        if self._outside(q):
             return -np.inf, np.zeros_like(q)
-        count(True)
+        self._count(True)
         with np.errstate(all="ignore"):  # (far out, overflows: -inf below)
-            sol = _solve(np.exp(q[:4]), q[4:6], times, rtol, atol, sensitivities=True)
+            sol = _solve(np.exp(q[:4]), q[4:6], self.times, self.rtol, self.atol,
+                         sensitivities=True)
             if sol is None:
                 return -np.inf, np.zeros_like(q)
-            value, gradient = prior(q)
-            likelihood, residual, scaled = log_likelihood(q, sol[:2])
-            value += likelihood + constant
+            value, gradient = self._prior(q)
+            likelihood, residual, scaled = self._log_likelihood(q, sol[:2])
+            value += likelihood + self._constant
             # d/d log z(t_i) = residual_i / sigma^2, times d log z(t_i) / dq: the sensitivities
             gradient[:6] += scaled[0] @ sol[2:8].T + scaled[1] @ sol[8:14].T
-            gradient[6:8] += np.sum(residual * scaled, axis=1) - n
+            gradient[6:8] += np.sum(residual * scaled, axis=1) - self.times.size
         if not (np.isfinite(value) and np.all(np.isfinite(gradient))):
             return -np.inf, np.zeros_like(q)
         return float(value), gradient
 
-    def init_point(rng):
+    def init_point(self, rng):
+        """Where a chain starts: the true parameters of :func:`lotka_volterra`'s simulated
+        data with N(0, 0.1^2) jitter on each coordinate (``rng``: the chain's generator)."""
         return np.log(TRUTH) + 0.1 * rng.standard_normal(8)
-
-    target = Target(logp, logp_and_grad=logp_and_grad, dim=8, init_point=init_point)
-    target.n_solves = 0
-    target.n_gradient_solves = 0
-    return target, dict(truth=np.log(TRUTH), times=times, y=y)

@@ -1,9 +1,14 @@
 """The Lotka-Volterra ODE posterior (``rnshmc.models.lotka_volterra``): its log density against
 an independent solve (``odeint`` on the populations themselves) with scipy.stats's densities,
 its forward-sensitivity gradient against finite differences, -inf (and no exception or
-warning) where the solve fails, and a short HMC run."""
+warning) where the solve fails, the target pickled (its chains in spawned worker processes),
+and a short HMC run."""
+import copy
+import multiprocessing
+import pickle
 import types
 import warnings
+from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 import pytest
@@ -153,6 +158,58 @@ def test_the_solves_are_counted():
     target.log_density_gradient(reference["truth"])
     target.log_density_gradient(reference["truth"])
     assert target.n_solves == 3 and target.n_gradient_solves == 2
+
+
+def test_the_target_is_the_class_given_the_data(model):
+    target, reference = model
+    assert isinstance(target, ode.LotkaVolterra) and target.dim == 8
+    again = ode.LotkaVolterra(reference["times"], reference["y"])
+    q = reference["truth"] + 0.05
+    assert again.log_density(q) == target.log_density(q)
+    for bad in (dict(times=reference["times"][::-1]), dict(y=-reference["y"]),
+                dict(y=reference["y"][:, 1:]), dict(rtol=0.0), dict(atol=np.nan)):
+        arguments = dict(times=reference["times"], y=reference["y"]) | bad
+        with pytest.raises(ValueError):
+            ode.LotkaVolterra(**arguments)
+
+
+def test_the_target_pickles(model):
+    target, reference = model
+    for clone in (pickle.loads(pickle.dumps(target)), copy.deepcopy(target)):
+        assert type(clone) is ode.LotkaVolterra and clone.dim == 8
+        for q in points(reference):
+            assert clone.log_density(q) == target.log_density(q)
+            value, gradient = clone.log_density_gradient(q)
+            expected_value, expected_gradient = target.log_density_gradient(q)
+            assert value == expected_value
+            np.testing.assert_array_equal(gradient, expected_gradient)
+    # (no function of __main__ in it: a spawned worker imports rnshmc.models.ode alone)
+    assert b"__main__" not in pickle.dumps(target)
+
+
+def test_a_copy_counts_its_own_solves():
+    target, reference = lotka_volterra(n_times=4)
+    target.log_density(reference["truth"])
+    target.log_density_gradient(reference["truth"])
+    clone = pickle.loads(pickle.dumps(target))
+    assert (clone.n_solves, clone.n_gradient_solves) == (0, 0)  # (its own lock, too)
+    clone.log_density_gradient(reference["truth"])
+    assert (clone.n_solves, clone.n_gradient_solves) == (1, 1)
+    assert (target.n_solves, target.n_gradient_solves) == (2, 1)
+
+
+def test_chains_in_spawned_worker_processes_draw_what_serial_chains_do(model):
+    target, _ = model
+    sampler = rnshmc.HMC(target, n_steps=5)
+    run = dict(draws=20, tune=20, chains=2, rng=rng_seed(1), progress=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # (no "run one after another")
+        warnings.simplefilter("ignore", SamplingWarning)  # (a short run)
+        with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("spawn")) as pool:
+            in_processes = sampler.sample(pool=pool, **run)
+        serial = sampler.sample(pool=None, **run)
+    np.testing.assert_array_equal(in_processes.samples, serial.samples)
+    np.testing.assert_array_equal(in_processes.n_gradient_evals, serial.n_gradient_evals)
 
 
 def test_the_chains_start_near_the_truth(model):
