@@ -22,6 +22,9 @@ Problems (``--problems``):
              model evaluations are PDE solves (forward and adjoint count one each);
   pde60      the papers' setup on a 60x60 Q1 grid (synthetic data), where solves cost more;
   logistic   the simulated logistic regression (N = 100000, d = 50): wall time matters;
+  ode        the Lotka-Volterra predator-prey posterior (rnshmc.models.lotka_volterra: 8
+             parameters, an ODE solve with forward sensitivities per gradient, ~5 ms):
+             model evaluations are ODE solves;
   schools    eight schools, non-centred and centred (a funnel): the front door must end
              converged and exact (means of mu and log tau against a long HMC reference on
              the non-centred form).
@@ -194,6 +197,10 @@ def main():
         model = papers.load_logistic("simulated", seed=0)
         cost_table("simulated logistic regression, N = 100000, d = 50", model, args.seeds,
                    ["am"] + list(args.skip), 400_000, unit="evals", only=args.only)
+    if "ode" in args.problems:
+        model, _ = rnshmc.models.lotka_volterra()
+        cost_table("Lotka-Volterra ODE posterior", model, args.seeds, ["am"] + list(args.skip),
+                   500_000, only=args.only)
     if "schools" in args.problems:
         schools_section(args)
 
