@@ -57,7 +57,16 @@ def competitors(model, skip, only=()):
             "ARNSHMC, surrogate per chain": (rnshmc.ARNSHMC(model, share_surrogate=False),
                                              None),
             "RNSHMC, surrogate NUTS": (rnshmc.RNSHMC(model, kernel="nuts"), None),
-            "ARNSHMC, surrogate NUTS": (rnshmc.ARNSHMC(model, kernel="nuts"), None)}
+            "ARNSHMC, surrogate NUTS": (rnshmc.ARNSHMC(model, kernel="nuts"), None),
+            "ARNSHMC, surrogate NUTS, NUTS exploration": (
+                rnshmc.ARNSHMC(model, kernel="nuts", explore=dict(kernel="nuts")), None),
+            "ARNSHMC, surrogate NUTS, NUTS exploration from L-BFGS": (
+                rnshmc.ARNSHMC(model, kernel="nuts", explore=dict(kernel="nuts",
+                                                                  start="lbfgs")), None),
+            "ARNSHMC, surrogate NUTS from L-BFGS": (
+                rnshmc.ARNSHMC(model, kernel="nuts", explore=dict(start="lbfgs")), None),
+            "ARNSHMC defaults from L-BFGS": (
+                rnshmc.ARNSHMC(model, explore=dict(start="lbfgs")), None)}
     if only:  # (the runs named, the exact baselines always)
         runs = {name: run for name, run in runs.items()
                 if name in (HMC_AT_ITS_BEST, NUTS_DEFAULTS)

@@ -2,7 +2,8 @@
 (``rnshmc.models.hard``) and on a costly ODE posterior (``rnshmc.models.lotka_volterra``: 8
 parameters, about 5 ms a gradient): does the run end converged (``result.converged``: R-hat <=
 1.01, bulk and tail ESS >= 100 per chain, every chain moved), did a fallback engage, what did
-it cost, and are its means right.
+it cost, and are its means right. RNSHMC-nuts and ARNSHMC-nuts are those samplers with
+surrogate NUTS (``kernel="nuts"``) as their sampling kernel, their other settings default.
 
 Each sampler draws 2000 per chain (4 chains) after its default tune, and ``rnshmc.sample``
 draws until min ESS 1000 (at most 10^6 exact evaluations); the gradient-free ones see the log
@@ -13,7 +14,7 @@ acceptance 0.95; Lotka-Volterra: NUTS with its defaults, 4 chains x 2000 draws a
 default tune, some 65,000 gradient solves, about 3 minutes on 2 cores), made once per
 problem when the script runs; a converged run's is typically under 0.1.
 
-    python benchmarks/bench_robust.py [--seeds 0 1] [--samplers HMC RNSHMC ...]
+    python benchmarks/bench_robust.py [--seeds 0 1] [--samplers HMC NUTS RNSHMC ...]
                                       [--problems regression funnel gp-poisson ode]
 """
 import argparse
@@ -28,8 +29,11 @@ from rnshmc.targets import without_gradient
 
 SAMPLERS = {
     "HMC": lambda t: rnshmc.HMC(t),
+    "NUTS": lambda t: rnshmc.NUTS(t),
     "RNSHMC": lambda t: rnshmc.RNSHMC(t),
     "ARNSHMC": lambda t: rnshmc.ARNSHMC(t),
+    "RNSHMC-nuts": lambda t: rnshmc.RNSHMC(t, kernel="nuts"),
+    "ARNSHMC-nuts": lambda t: rnshmc.ARNSHMC(t, kernel="nuts"),
     "RNSRMHMC": lambda t: rnshmc.RNSRMHMC(t),
     "GradientFreeRNSHMC": lambda t: rnshmc.GradientFreeRNSHMC(without_gradient(t)),
     "AdaptiveMetropolis": lambda t: rnshmc.AdaptiveMetropolis(without_gradient(t)),
@@ -116,7 +120,9 @@ def main():
                 z = np.max(np.abs(result.samples.reshape(-1, target.dim).mean(axis=0) - mean)
                            / sd)
                 refits = int(np.sum(result.get("n_refits", 0)))
-                label = f"sample: {result.sampler}" if name == "rnshmc.sample" else result.sampler
+                label = (f"sample: {result.sampler}" if name == "rnshmc.sample"
+                         else f"{result.sampler}, nuts" if name.endswith("-nuts")
+                         else result.sampler)
                 print(f"{title:22s} {label:19s} {seed:4d} {str(result.converged):>5s} "
                       f"{refits:6d} {str(fallback):>6s} {result.cost['model_evals']:8d} "
                       f"{health['ess_bulk_min']:8.0f} {health['rhat_max']:7.3f} {z:7.2f} "

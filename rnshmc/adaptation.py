@@ -91,11 +91,17 @@ class RepeatedWarmup:
     """``n_tune`` iterations in rounds of ``round_length``, each with Stan's schedule for a
     warm-up of that length (:class:`WarmupSchedule`): a warm-up that may be lengthened by
     whole rounds (an exploration that goes on until its surrogate is good enough), whose
-    windows do not move when it is."""
+    windows do not move when it is. ``round`` is a round's schedule (default Stan's for
+    ``round_length`` iterations); ``slow_start`` is a round's, ``ends`` every round's window
+    ends."""
 
-    def __init__(self, round_length, n_tune):
-        self.round = WarmupSchedule(round_length, term_buffer=terminal_buffer(round_length))
+    def __init__(self, round_length, n_tune, round=None):
+        self.round = round if round is not None else WarmupSchedule(
+            round_length, term_buffer=terminal_buffer(round_length))
         self.round_length, self.n_tune = round_length, n_tune
+        self.slow_start = self.round.slow_start
+        self.ends = [start + end for start in range(0, n_tune, round_length)
+                     for end in self.round.ends if start + end < n_tune]
 
     def in_slow_window(self, i):
         return self.round.in_slow_window(i % self.round_length)

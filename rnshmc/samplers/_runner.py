@@ -109,7 +109,7 @@ class ChainRun:
                 continue
             if key == "trajectory":  # every leapfrog step's (q, U, grad U), and where each
                 # transition's rows end
-                outputs[key] = np.zeros((n_iter * n_steps, 2 * dim + 1))
+                outputs[key] = np.zeros((n_iter * phase.recorded_steps(self), 2 * dim + 1))
                 outputs["trajectory_ends"] = np.zeros(n_iter, dtype=np.intp)
             elif key == "proposals":  # each proposal and its exact potential (NaN: none)
                 outputs[key] = np.zeros((n_iter, dim + 1))

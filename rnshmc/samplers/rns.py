@@ -10,7 +10,8 @@ from ..validation import (check_group, check_integer, check_per_chain_real, chec
 from ._base import Sampler
 from .phases.base import LeapfrogSettings, Phase, by_name
 from .phases.dynamics import SurrogateSampling, trust_watch, warn_about_surrogate
-from .phases.exploration import ExplorationCheck, ExploreChecks, HMCExploration
+from .phases.exploration import (ExplorationCheck, ExploreChecks, HMCExploration,
+                                 NUTSExploration)
 from .phases.fit import (ExplorationKernel, SurrogateFit, SurrogateNUTS, SurrogateNUTSKernel,
                          SurrogateSettings)
 
@@ -19,7 +20,10 @@ __all__ = ["RNSHMC"]
 NETWORK_KEYS = ("nodes", "activation", "ridge", "weight_scale", "whiten")
 SURROGATE_KEYS = NETWORK_KEYS + ("gradient_weight", "n_train", "training_data", "step_cost")
 EXPLORE_KEYS = ("step_size", "n_steps", "jitter", "mass_matrix", "inverse_mass_matrix",
-                "adapt_mass_matrix", "target_accept")
+                "adapt_mass_matrix", "target_accept", "kernel", "start")
+# the exploration's kernels: static exact HMC, or exact NUTS with the metric from draws and
+# gradients
+EXPLORE_KERNELS = ("hmc", "nuts")
 # earlier keyword arguments: (their group, their new name), named by the error they raise
 RENAMED = dict({key: ("surrogate", key) for key in SURROGATE_KEYS if key != "step_cost"},
              surrogate_step_cost=("surrogate", "step_cost"), surrogate_n_steps=(None, "n_steps"),
@@ -128,7 +132,12 @@ class RNSHMC(Sampler):
         ``mass_matrix``, ``inverse_mass_matrix``, ``adapt_mass_matrix`` and
         ``target_accept`` as for :class:`~rnshmc.HMC`. A given mass matrix (or
         ``adapt_mass_matrix=False``) is kept for sampling. The exploration's length is
-        ``sample()``'s ``tune``.
+        ``sample()``'s ``tune``. ``kernel``: "hmc" (default) or "nuts", exact NUTS (trees of
+        at most 6 doublings, the metric from draws and gradients) whose every leapfrog step is
+        training data (no ``n_steps`` or ``jitter``); ``start``: "init" (default) or
+        "lbfgs", each chain first moved from its initial point by L-BFGS on the exact
+        potential (at most 50 evaluations with gradients). Both are exact; on the authors'
+        PDE both cost more solves than the defaults (``docs/algorithms.md`` section 14).
     trust : dict or bool
         The trust watch (default True: on, with the defaults below). The surrogate is
         watched where the chain is: over every ``window`` (default 50) sampling iterations
@@ -181,8 +190,13 @@ class RNSHMC(Sampler):
         with a shared one, of 200 over all the chains, at least 50 each (50 for 4 chains);
         at most ``MAX_ROUNDS`` (4) rounds. After each round a surrogate fitted to the data
         but the round's last fifth predicts the acceptance of those held-out transitions;
-        the exploration stops when that is at least 0.85 times their exact acceptance (see
-        ``ExplorationCheck`` in ``rnshmc.samplers.phases.exploration`` and ``docs/guide/surrogate.md``). This
+        the exploration stops when that is at least 0.85 times their exact acceptance (with
+        ``kernel="nuts"`` or a NUTS exploration: when another round is predicted to save fewer
+        exact evaluations than it costs, from sigma, the spread of the surrogate's error over
+        those states; a sigma of 4 or more hands the chains to the trust watch's exact kernel
+        from the start, warned and recorded; see ``ExplorationCheck`` in
+        ``rnshmc.samplers.phases.exploration``, ``docs/algorithms.md`` section 14 and
+        ``docs/guide/surrogate.md``). This
         aims at the least total cost from a cold start (``benchmarks/bench_cost.py``). An
         integer ``tune`` explores exactly that long (the papers' protocol is
         ``tune=5000``; with ``training_data="states"`` "auto" is one round).
@@ -211,8 +225,10 @@ class RNSHMC(Sampler):
     points). With ``tune="auto"``, ``exploration`` (per chain): its ``iterations``, the
     ``reason`` it stopped and its ``checks`` (each: the iteration, the predicted and exact
     acceptance of the held-out transitions, the RMS change of the surrogate's error along
-    them, ``sigma``, the standard deviation of U - U_surrogate over their states, the
-    training points and the held-out transitions). ``n_gradient_evals_sampling`` counts the exact gradients of exact stretches
+    them, ``sigma``, the standard deviation of U - U_surrogate over the held-out states, the
+    training points, the held-out states and the exploration's exact ``evaluations`` so far;
+    with the sigma check, ``predicted_saving`` and ``round_evaluations`` instead of the
+    acceptances). ``n_gradient_evals_sampling`` counts the exact gradients of exact stretches
     (``n_surrogate_gradient_evals`` the surrogate's).
 
     Every transition, on the surrogate's dynamics or the exact ones, leaves the posterior
@@ -262,12 +278,10 @@ class RNSHMC(Sampler):
         self.trust = trust_watch(trust)
         self.delayed_acceptance = bool(delayed_acceptance)
         self.share_surrogate = bool(share_surrogate)
-        self.exploration = HMCExploration(
-            self.leapfrog, surrogate.get("n_train"),
-            surrogate.get("training_data", "trajectories"),
-            check=ExplorationCheck(self.name, self.surrogate_settings, self.share_surrogate))
         if kernel not in self.KERNELS:
             raise ValueError(f"kernel must be one of {self.KERNELS}, got {kernel!r}")
+        self.exploration = exploration_phase(
+            self, explore, surrogate, sigma_check=kernel == "nuts")
         target_accept = check_real(target_accept, "target_accept", lower=0.0, upper=1.0)
         self.nuts = None
         if kernel == "nuts":
@@ -362,6 +376,31 @@ def surrogate_hmc_phases(sampler, online=None):
                                  sampler.trust, online, jitter=sampler.jitter,
                                  nuts=sampler.nuts)
     return fit, by_name(sampler.exploration, fit, sampling)
+
+
+def exploration_phase(sampler, explore, surrogate, sigma_check):
+    """The exact exploration of ``sampler`` (its ``leapfrog``, ``surrogate_settings`` and
+    ``share_surrogate`` set) from the ``explore`` group's ``kernel`` and ``start``: with
+    ``tune="auto"`` its check is on sigma (``ExplorationCheck``) where the exploration is NUTS
+    or ``sigma_check`` (the sampling kernel is surrogate NUTS)."""
+    kernel = explore.get("kernel", "hmc")
+    if kernel not in EXPLORE_KERNELS:
+        raise ValueError(f"explore['kernel'] must be one of {EXPLORE_KERNELS}, got {kernel!r}")
+    start = explore.get("start", "init")
+    criterion = "sigma" if sigma_check or kernel == "nuts" else "acceptance"
+    check = ExplorationCheck(sampler.name, sampler.surrogate_settings, sampler.share_surrogate,
+                             criterion)
+    if kernel == "nuts":
+        if surrogate.get("training_data", "trajectories") != "trajectories":
+            raise ValueError("a NUTS exploration's training data are its trajectories")
+        if "n_steps" in explore or "jitter" in explore:
+            raise ValueError("a NUTS exploration sets its own trajectory lengths: give no "
+                             "explore['n_steps'] or explore['jitter']")
+        return NUTSExploration(sampler.leapfrog, surrogate.get("n_train"), check=check,
+                               start=start)
+    return HMCExploration(sampler.leapfrog, surrogate.get("n_train"),
+                          surrogate.get("training_data", "trajectories"), check=check,
+                          start=start)
 
 
 def check_n_steps(n_steps, default):

@@ -25,6 +25,7 @@ import dataclasses
 from typing import Optional
 
 import numpy as np
+from scipy.optimize import minimize
 
 from ..._kernels._chain import NonFiniteStart
 from ..._kernels._integrators import Leapfrog
@@ -167,6 +168,52 @@ def continue_from_previous(run, chain):
 # starting points a chain tries before giving up (Stan's number)
 MAX_START_TRIES = 100
 
+# the most exact evaluations (each with its gradient) an L-BFGS start spends
+LBFGS_START_EVALS = 50
+
+
+class _EvaluationsSpent(Exception):
+    """L-BFGS stopped at its budget of evaluations."""
+
+
+def approach_mode(chain, max_evals=LBFGS_START_EVALS):
+    """Move a positioned chain towards the posterior's mode: L-BFGS on the exact potential
+    from where the chain stands, at most ``max_evals`` evaluations of the model with its
+    gradient (each counted as the chain's), a point where it is not finite taken as +inf. The
+    chain ends at the lowest potential found (``state.init`` is left as the point it started
+    from). Deterministic: the same start gives the same point.
+
+    A chain started far out reaches the posterior's bulk in a few dozen evaluations of
+    quasi-Newton steps, where Stan's warm-up would first spend its early iterations there
+    (``docs/algorithms.md`` section 14).
+    """
+    best = dict(U=-chain.log_density, q=chain.position)
+    spent = [0]
+    last = [best["q"]]
+
+    def potential_and_gradient(q):
+        if spent[0] >= max_evals:
+            raise _EvaluationsSpent
+        spent[0] += 1
+        try:
+            chain.set_position(q)
+        except NonFiniteStart:
+            last[0] = None
+            return np.inf, np.zeros_like(q)
+        U = -chain.log_density
+        last[0] = np.array(q)
+        if U < best["U"]:
+            best.update(U=U, q=np.array(q))
+        return U, chain.gradient
+
+    try:
+        minimize(potential_and_gradient, best["q"], jac=True, method="L-BFGS-B",
+                 options=dict(maxfun=max_evals, maxiter=max_evals))
+    except _EvaluationsSpent:
+        pass
+    if last[0] is None or not np.array_equal(last[0], best["q"]):
+        chain.set_position(best["q"])
+
 
 @dataclasses.dataclass
 class GivenStart(PartState):
@@ -255,6 +302,11 @@ class Phase:
     def trajectory(self, run):
         """(n_steps, jitter) of its transitions."""
         return 1, False
+
+    def recorded_steps(self, run):
+        """The most leapfrog steps one transition records: the "trajectory" output's rows per
+        iteration (a static trajectory's ``n_steps``)."""
+        return self.trajectory(run)[0]
 
     def make_chain(self, run):
         """Its C chain (None: a phase without iterations)."""

@@ -23,7 +23,7 @@ from ...state import PartState
 from ...validation import check_group, check_integer, check_real, user_stacklevel
 from .base import Phase, euclidean_chain, nuts_chain
 from .exact import ProposalState
-from .exploration import evaluated_rows
+from .exploration import ExploreChecks, evaluated_rows
 from .fit import FitState, mean_jump
 
 TRUST_KEYS = ("ratio", "window", "max_refits", "refit_iterations", "refit_growth",
@@ -39,6 +39,11 @@ FALLBACK_TREE_DEPTH = 10
 # chains handed to exact NUTS at the exploration's step size accepted 0.23 (the statistic)
 # where the exploration had accepted 0.78.
 REWARM_ITERATIONS, REWARM_TARGET_ACCEPT = 75, 0.8
+# sigma (the spread of U - U_surrogate over the exploration's held-out states at its last
+# check) at which surrogate NUTS starts on its exact kernel: its test would accept about
+# erfc(sigma / 2) < 0.005, some 200 exact evaluations per effective draw, several times what
+# exact NUTS pays on the posteriors of benchmarks/bench_cost.py (36-47)
+SIGMA_HOPELESS = 4.0
 # what to try where a surrogate's acceptance collapsed without the trust watch
 COLLAPSE_ADVICE = ("The trust watch (trust=True, the default) refits such a surrogate and falls "
                    "back to exact dynamics where it stays poor; without it, more hidden units "
@@ -339,9 +344,20 @@ class SurrogateSampling(WatchedPhase):
         self.keep = ("samples", "records") + (("gradients",) if keep_gradients else ()) \
             + (("proposals",) if proposals else ())
 
+    def hopeless(self, state):
+        """The exploration's last sigma where it says surrogate NUTS cannot pay (at least
+        ``SIGMA_HOPELESS``, with the trust watch on: the chain then samples with its exact
+        kernel from the start), else None."""
+        checks = ExploreChecks.find(state)
+        if self.nuts is None or self.trust is None or checks is None or not checks.checks:
+            return None
+        sigma = checks.checks[-1]["sigma"]
+        return sigma if not sigma < SIGMA_HOPELESS else None
+
     def make_chain(self, run):
         state = run.state
-        if running_exact(state):
+        if running_exact(state) or (DynamicsState.find(state) is None
+                                    and self.hopeless(state) is not None):
             if self.exact_kernel == "metropolis":  # the exploration's last proposal, frozen
                 proposal = ProposalState.of(state)
                 return MetropolisChain(run.target, proposal.covariance, proposal.scale)
@@ -379,6 +395,15 @@ class SurrogateSampling(WatchedPhase):
         if self.after_adaptation:  # (its last state, evaluated there, and its step size)
             chain.set_state(state.kernel, counters=False)
             FitState.of(state).sampling_step_size = chain.step_size
+            return
+        sigma = self.hopeless(state)
+        if sigma is not None:  # (make_chain made the exact kernel's chain)
+            dynamics = DynamicsState.of(state)
+            dynamics.mode = "exact"
+            dynamics.events.append(dict(iteration=0, action="fallback", sigma=float(sigma),
+                                        reason="the exploration's sigma"))
+            chain.set_position(state.kernel["position"])
+            chain.step_size = self.rewarm(run, chain, FitState.of(state).explore_step_size)
             return
         start_on_surrogate(run, chain)
         if self.metric is not None:
@@ -542,13 +567,23 @@ def warn_about_trust_events(name, trust, result, exact=None):
         if not events:
             continue
         first = events[0]
+        if "sigma" in first:  # (an exploration that found the surrogate no use)
+            warnings.warn(
+                f"{name} chain {chain}: the surrogate was no use after the exploration (sigma, "
+                f"the spread of its error over the held-out states, {first['sigma']:.3g} >= "
+                f"{SIGMA_HOPELESS}), so the chain sampled with {exact} instead. It is exact; "
+                "a surrogate with more hidden units (n_hidden), a longer exploration or "
+                "another parameterisation of the model may help (result['exploration'] has "
+                "the checks).", RuntimeWarning, stacklevel=user_stacklevel())
+            continue
         what = []
         if result.n_refits[chain]:
             what.append(f"refitted {result.n_refits[chain]} time(s) (after {exact} stretches "
                         f"of {trust.refit_iterations} iterations, with more hidden units)")
         if result.fallback[chain]:
             what.append(f"replaced by {exact} from draw {events[-1]['iteration']} on")
-        what = " and then ".join(what)
+        what = " and then ".join(what) or (f"handed to {exact} for a stretch the run's end "
+                                           "cut short")
         jump = first.get("window_jump", math.nan) / first.get("exploration_jump", math.nan)
         moved = (f"; its moves {jump:.2g} times as long (squared) as the exploration's"
                  if jump < trust.jump_ratio else "")

@@ -563,9 +563,19 @@ def surrogate_nuts_warmup(run, fit, leapfrog, max_tree_depth, target_accept,
         chain.run(generator, 1, 1, False, samples[i:i + 1], records[i:i + 1],
                   gradients=gradients[i:i + 1], adapt_step_size=True)
         if schedule.window_end(i):
-            inverse_mass = fisher_low_rank(samples[window_start:i + 1],
+            try:
+                estimate = fisher_low_rank(samples[window_start:i + 1],
                                            gradients[window_start:i + 1]).dense()
-            chain.metric.set_inverse_mass(inverse_mass)
+                if not np.all(np.isfinite(estimate)):
+                    raise np.linalg.LinAlgError("not finite")
+                np.linalg.cholesky(estimate)
+                inverse_mass = estimate
+            except (ValueError, np.linalg.LinAlgError):
+                # the surrogate's gradients in the window are not usable (a surrogate far
+                # off, with huge gradients where it extrapolates): the metric is kept
+                pass
+            if inverse_mass is not None:
+                chain.metric.set_inverse_mass(inverse_mass)
             chain.restart_step_size_adaptation(
                 initial_step_size(chain, generator, chain.step_size, target_accept),
                 target_accept)
