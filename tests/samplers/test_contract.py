@@ -21,6 +21,15 @@ def gaussian():
     return rnshmc.models.Gaussian(MEAN, covariance=COVARIANCE)
 
 
+def gaussian60():
+    return rnshmc.models.Gaussian(np.zeros(60), covariance=np.eye(60))
+
+
+def one_round(sampler):
+    sampler.MAX_ROUNDS = 1  # (an exploration of one round: its check ends it)
+    return sampler
+
+
 def logistic():
     X, y, _ = rnshmc.datasets.simulated_logistic(n=300, dim=3, rng=rng_seed(0))
     return rnshmc.models.LogisticRegression(X, y)
@@ -55,6 +64,14 @@ SAMPLERS.update({
                                 dict(draws=80, tune=60)),
     "ARNSHMC (surrogate NUTS)": (gaussian, lambda m: rnshmc.ARNSHMC(
         m, n_hidden=30, kernel="nuts", inner_steps=2), dict(draws=80, tune=60)),
+    "ARNSHMC (NUTS exploration from L-BFGS)": (gaussian, lambda m: rnshmc.ARNSHMC(
+        m, n_hidden=30, kernel="nuts", explore=dict(kernel="nuts", start="lbfgs")),
+        dict(draws=200, tune=30)),
+    # (one unit cannot follow a 60-dimensional Gaussian: the check's sigma hands the chains to
+    # exact NUTS, its own warm-up first, from the start of sampling)
+    "RNSHMC (surrogate no use: exact NUTS from the start)": (
+        gaussian60, lambda m: one_round(rnshmc.RNSHMC(m, n_hidden=1, kernel="nuts")),
+        dict(draws=400, tune="auto")),
 })
 RUNS = list(SAMPLERS)
 

@@ -94,3 +94,26 @@ def test_a_fallen_back_chain_accepts_as_the_exploration_did(kernel):
         assert exact[event["iteration"]:].all() and not exact[:event["iteration"]].any()
         reference = result["exploration_acceptance_rate"][chain]
         assert result.accept_prob[chain][exact].mean() > 0.75 * reference
+
+
+def test_a_window_whose_metric_cannot_be_estimated_keeps_the_metric(monkeypatch):
+    """Where the surrogate's gradients in a warm-up window give no metric (a surrogate far off
+    extrapolates with huge gradients: eigh fails on the latent-GP Poisson posterior), the
+    warm-up keeps the metric it had and the sampler stays exact."""
+    from rnshmc.samplers.phases import fit
+
+    calls = []
+
+    def fails(draws, gradients):
+        calls.append(len(draws))
+        raise np.linalg.LinAlgError("Eigenvalues did not converge")
+
+    monkeypatch.setattr(fit, "fisher_low_rank", fails)
+    model, mean, cov = correlated_gaussian(dim=4, seed=0)
+    sampler = rnshmc.RNSHMC(model, n_hidden=200, kernel="nuts", trust=False,
+                            explore=dict(inverse_mass_matrix=np.diag(np.diag(cov))))
+    result = quiet(sampler, 2000, tune=100, chains=4, rng=rng_seed(0))
+    assert calls  # (the warm-up's windows tried)
+    np.testing.assert_array_equal(result.inverse_mass_matrix[0], np.diag(np.diag(cov)))
+    check_mean(result.samples, mean)
+    check_covariance(result.samples, mean, cov)

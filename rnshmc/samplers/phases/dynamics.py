@@ -24,7 +24,7 @@ from ...validation import check_group, check_integer, check_real, user_stackleve
 from .base import Phase, euclidean_chain, nuts_chain
 from .exact import ProposalState
 from .exploration import ExploreChecks, evaluated_rows
-from .fit import FitState, mean_jump
+from .fit import FitState, mean_jump, nuts_warmup
 
 TRUST_KEYS = ("ratio", "window", "max_refits", "refit_iterations", "refit_growth",
               "jump_ratio", "kernel")
@@ -39,6 +39,12 @@ FALLBACK_TREE_DEPTH = 10
 # chains handed to exact NUTS at the exploration's step size accepted 0.23 (the statistic)
 # where the exploration had accepted 0.78.
 REWARM_ITERATIONS, REWARM_TARGET_ACCEPT = 75, 0.8
+# the warm-up (not kept) of a chain that samples with exact NUTS from the start: rnshmc.NUTS's
+# (the step size and the metric from draws and gradients in Stan's windows). On the latent-GP
+# Poisson posterior, with 75 transitions adapting the step size alone at the exploration's
+# metric, such chains ended at R-hat 1.35 and 1.05 after 4 x 2000 draws (seeds 0, 1), against
+# 1.019 and 1.039 for rnshmc.NUTS.
+FALLBACK_WARMUP = 300
 # sigma (the spread of U - U_surrogate over the exploration's held-out states at its last
 # check) at which surrogate NUTS starts on its exact kernel: its test would accept about
 # erfc(sigma / 2) < 0.005, some 200 exact evaluations per effective draw, several times what
@@ -62,6 +68,9 @@ class DynamicsState(PartState):
     # evaluations of the chains of past stretches, by dynamics: [densities, gradients]
     mode_evals: dict = dataclasses.field(
         default_factory=lambda: {"exact": [0, 0], "surrogate": [0, 0]})
+    # the exact kernel's own metric where it was adapted afresh (a chain that samples with it
+    # from the start); None: the exploration's
+    exact_inverse_mass: Optional[np.ndarray] = None
 
     @classmethod
     def from_tree(cls, tree):
@@ -71,6 +80,8 @@ class DynamicsState(PartState):
             tree["exact_until"] = int(tree["exact_until"])
         tree["events"] = [dict(e) for e in tree.get("events") or []]
         tree["mode_evals"] = {k: [int(x) for x in v] for k, v in tree["mode_evals"].items()}
+        if tree.get("exact_inverse_mass") is not None:
+            tree["exact_inverse_mass"] = np.asarray(tree["exact_inverse_mass"])
         return cls(**tree)
 
 
@@ -361,8 +372,12 @@ class SurrogateSampling(WatchedPhase):
             if self.exact_kernel == "metropolis":  # the exploration's last proposal, frozen
                 proposal = ProposalState.of(state)
                 return MetropolisChain(run.target, proposal.covariance, proposal.scale)
-            # (the exploration's metric: its step size was adapted with it)
-            inverse_mass = FitState.of(state).explore_inverse_mass
+            # (the exploration's metric, its step size adapted with it; or the exact kernel's
+            # own)
+            dynamics = DynamicsState.find(state)
+            inverse_mass = (dynamics.exact_inverse_mass if dynamics is not None
+                            and dynamics.exact_inverse_mass is not None
+                            else FitState.of(state).explore_inverse_mass)
             if self.exact_kernel == "nuts":
                 return nuts_chain(run.target, state, self.leapfrog.max_energy_error,
                                   FALLBACK_TREE_DEPTH, inverse_mass=inverse_mass)
@@ -403,7 +418,17 @@ class SurrogateSampling(WatchedPhase):
             dynamics.events.append(dict(iteration=0, action="fallback", sigma=float(sigma),
                                         reason="the exploration's sigma"))
             chain.set_position(state.kernel["position"])
-            chain.step_size = self.rewarm(run, chain, FitState.of(state).explore_step_size)
+            if self.exact_kernel == "nuts":  # (its own warm-up: it is all the chain will run)
+                before = chain.n_density_evals, chain.n_gradient_evals
+                dynamics.exact_inverse_mass, chain.step_size = nuts_warmup(
+                    chain, run.generator, state, self.leapfrog, REWARM_TARGET_ACCEPT,
+                    FALLBACK_WARMUP, FitState.of(state).explore_inverse_mass)
+                dynamics.events[-1].update(
+                    rewarm_step_size=float(chain.step_size),
+                    rewarm_evals=[chain.n_density_evals - before[0],
+                                  chain.n_gradient_evals - before[1]])
+            else:
+                chain.step_size = self.rewarm(run, chain, FitState.of(state).explore_step_size)
             return
         start_on_surrogate(run, chain)
         if self.metric is not None:

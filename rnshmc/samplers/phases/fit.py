@@ -539,27 +539,39 @@ SURROGATE_WARMUP = 300
 def surrogate_nuts_warmup(run, fit, leapfrog, max_tree_depth, target_accept,
                           n_iter=SURROGATE_WARMUP):
     """(inverse mass, step size) of NUTS adapted on the surrogate alone (no exact
-    evaluation): ``n_iter`` transitions, each from a training-window state drawn at random
-    (so the warm-up cannot drift where the surrogate is wrong), the step size by dual
-    averaging to ``target_accept`` and the metric, in windows, by
-    :func:`rnshmc.adaptation.fisher_low_rank` from the transitions' draws and the
-    surrogate's gradients there; the last third adapts the step size alone."""
+    evaluation): :func:`nuts_warmup` over ``n_iter`` transitions, each from a training-window
+    state drawn at random (so the warm-up cannot drift where the surrogate is wrong)."""
     state, generator = run.state, run.generator
     chain = nuts_chain(fit.dynamics(state, guarded=True), state, leapfrog.max_energy_error,
                        max_tree_depth)
     starts = state.outputs[fit.exploration.name]["samples"][fit.exploration.window(state)]
     picks = generator.integers(len(starts), size=n_iter)
     chain.set_position(starts[picks[0]])
+    return nuts_warmup(chain, generator, state, leapfrog, target_accept, n_iter,
+                       state.inverse_mass, starts=starts[picks])
+
+
+def nuts_warmup(chain, generator, state, leapfrog, target_accept, n_iter, inverse_mass,
+                starts=None):
+    """Adapt a positioned NUTS ``chain``'s step size and metric over ``n_iter`` transitions
+    (not kept) and return (inverse mass, step size): the step size by dual averaging to
+    ``target_accept`` from Stan's heuristic, and the metric, in the windows of the exact NUTS
+    warm-up with the gradient metrics (:class:`MetricWarmup`), by
+    :func:`rnshmc.adaptation.fisher_low_rank` from the transitions' draws and gradients; the
+    last third adapts the step size alone. ``starts`` (n_iter, dim), if given: each
+    transition starts there instead of where the last one ended. The chain ends at its last
+    draw with the adapted metric and step size; ``inverse_mass`` is the chain's metric (kept
+    where no window gives one)."""
     chain.restart_step_size_adaptation(
         initial_step_size(chain, generator, target_accept=target_accept), target_accept)
     # (the windows of the exact NUTS warm-up with the metrics from draws and gradients)
     schedule = MetricWarmup(leapfrog, "low_rank").schedule(state, n_iter)
     samples, gradients = np.empty((n_iter, state.dim)), np.empty((n_iter, state.dim))
     records = np.empty(n_iter, TRANSITION)
-    inverse_mass = state.inverse_mass
     window_start = schedule.slow_start
-    for i, pick in enumerate(picks):
-        chain.set_position(starts[pick])
+    for i in range(n_iter):
+        if starts is not None:
+            chain.set_position(starts[i])
         chain.run(generator, 1, 1, False, samples[i:i + 1], records[i:i + 1],
                   gradients=gradients[i:i + 1], adapt_step_size=True)
         if schedule.window_end(i):
@@ -571,8 +583,8 @@ def surrogate_nuts_warmup(run, fit, leapfrog, max_tree_depth, target_accept,
                 np.linalg.cholesky(estimate)
                 inverse_mass = estimate
             except (ValueError, np.linalg.LinAlgError):
-                # the surrogate's gradients in the window are not usable (a surrogate far
-                # off, with huge gradients where it extrapolates): the metric is kept
+                # the gradients in the window are not usable (a surrogate far off, with huge
+                # gradients where it extrapolates): the metric is kept
                 pass
             if inverse_mass is not None:
                 chain.metric.set_inverse_mass(inverse_mass)
@@ -580,4 +592,5 @@ def surrogate_nuts_warmup(run, fit, leapfrog, max_tree_depth, target_accept,
                 initial_step_size(chain, generator, chain.step_size, target_accept),
                 target_accept)
             window_start = i + 1
-    return inverse_mass, chain.final_step_size
+    chain.step_size = chain.final_step_size
+    return inverse_mass, chain.step_size
