@@ -79,6 +79,7 @@ numpydoc_xref_aliases = {
     "UMBridgeConnectionError": "rnshmc.models.umbridge.UMBridgeConnectionError",
     "UMBridgeTimeoutError": "rnshmc.models.umbridge.UMBridgeTimeoutError",
     "UMBridgeServer": "rnshmc.serve.UMBridgeServer",
+    "ECDFBands": "rnshmc.calibration.ECDFBands",
 }
 # ... and every class rnshmc exports by its short name (SampleResult, RandomNetworkSurrogate),
 # which a page of another module (rnshmc.serve, rnshmc.diagnostics) would not find
@@ -93,8 +94,10 @@ numpydoc_xref_ignore = {
     # the sizes in shapes, (chains, draws, dim)
     "N", "Q", "chains", "dim", "draws", "n", "n_components", "n_elements", "n_free",
     "n_hidden", "n_obs", "n_points", "n_rows", "n_steps", "n_units", "solver.n_elements",
+    "L", "n_params", "n_draws", "replications", "int64",
     # types of optional packages whose documentation has no inventory here (docs/_intersphinx)
-    "arviz.InferenceData", "dask.distributed.Client", "umbridge.Model",
+    "arviz.InferenceData", "dask.distributed.Client", "umbridge.Model", "matplotlib",
+    "Axes", "matplotlib.axes.Axes",
     "xarray.DataTree",
     # types of the package's internals, which have no page
     "PartState", "Surrogate", "rnshmc._kernels._riemann.LinearPredictorMetric",

@@ -18,6 +18,7 @@ from .surrogate import RandomNetworkSurrogate
 from .gaussian_process import GaussianProcessSurrogate
 from .targets import Target
 from .auto import sample
+from . import calibration, testing
 from .versions import __version__, show_versions
 
 

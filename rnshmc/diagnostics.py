@@ -25,6 +25,8 @@ import numpy as np
 from scipy.special import ndtri
 from scipy.stats import rankdata
 
+from .validation import numeric_array
+
 __all__ = [
     "autocorrelation",
     "ess",
@@ -55,12 +57,7 @@ ESS_PER_CHAIN = 100.0
 def _as_chains(x, name="x", multi=True):
     """Validate ``x`` and return it as ``(chains, draws, dim)`` plus a flag
     telling whether the input was 1-d (so results are returned as scalars)."""
-    if np.iscomplexobj(x):
-        raise ValueError(f"{name} must be real-valued, got a complex array")
-    try:
-        arr = np.asarray(x, dtype=float)
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"{name} must be a numeric array: {err}") from None
+    arr = numeric_array(x, name)
     allowed = (1, 2, 3) if multi else (1, 2)
     if arr.ndim not in allowed:
         shapes = "(draws,), (draws, dim)" + (

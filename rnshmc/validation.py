@@ -52,6 +52,16 @@ def check_real(value, name, lower=None, upper=None, lower_inclusive=False,
     return value
 
 
+def numeric_array(value, name):
+    """``value`` as a float64 array (ValueError for complex or non-numeric input)."""
+    if np.iscomplexobj(value):
+        raise ValueError(f"{name} must be real-valued, got a complex array")
+    try:
+        return np.asarray(value, dtype=float)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{name} must be a numeric array: {err}") from None
+
+
 def _real_array(value, name):
     array = np.asarray(value)
     if array.dtype.kind not in "iuf":

@@ -146,7 +146,7 @@ def hard_posteriors():
             "GP Poisson": gp_poisson()}
 
 
-def eight_schools(centred=False):
+def eight_schools(centred=False, y=None):
     """Eight schools (Rubin 1981; Gelman et al., *Bayesian Data Analysis*, section 5.5): the
     effects y_j of coaching in eight schools, observed with standard errors sigma_j,
 
@@ -163,6 +163,9 @@ def eight_schools(centred=False):
     ----------
     centred : bool
         The centred parametrisation instead of the non-centred one.
+    y : array_like of shape (8,), optional
+        Other effects with the same standard errors (simulated data: ``rnshmc.models.
+        calibration``); default the schools' own.
 
     Returns
     -------
@@ -172,8 +175,11 @@ def eight_schools(centred=False):
     reference : None
         (No closed form: compare with a long exact-HMC run of the non-centred form.)
     """
-    y = np.array([28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0])
+    y = (np.array([28.0, 8.0, -3.0, 7.0, -1.0, 1.0, 18.0, 12.0]) if y is None
+         else np.asarray(y, dtype=np.float64))
     sigma = np.array([15.0, 10.0, 16.0, 11.0, 9.0, 11.0, 10.0, 18.0])
+    if y.shape != sigma.shape or not np.all(np.isfinite(y)):
+        raise ValueError(f"y must hold 8 finite effects, got {y!r}")
     mu_sd, tau_scale = 5.0, 5.0
     half_log_2pi = 0.5 * np.log(2 * np.pi)
     # the normal densities' and the half-Cauchy's constants

@@ -12,7 +12,7 @@ ROOT = pathlib.Path(rnshmc.__file__).parent
 LOW_FLOORS = ["rnshmc.state", "rnshmc.targets", "rnshmc.results", "rnshmc.surrogate",
               "rnshmc.models", "rnshmc.fem", "rnshmc.adaptation", "rnshmc.diagnostics",
               "rnshmc.validation", "rnshmc.parallel", "rnshmc.serve", "rnshmc.gaussian_process",
-              "rnshmc.versions"]
+              "rnshmc.versions", "rnshmc.calibration"]
 
 
 def module_name(path, root=ROOT):
