@@ -15,6 +15,8 @@ import math
 
 import numpy as np
 
+from .parallel import one_blas_thread
+
 __all__ = ["WarmupSchedule", "RepeatedWarmup", "regularized_variance", "initial_step_size",
            "trajectory_length_for_min_ess", "fisher_diagonal", "fisher_dense", "fisher_low_rank",
            "LowRankMetric"]
@@ -177,6 +179,7 @@ def _geometric_mean_with_inverse(A, B):
     return 0.5 * (S + S.T)
 
 
+@one_blas_thread
 def fisher_dense(draws, gradients, regularization=0.0):
     """The dense inverse mass matrix S with S Cov(grad log p) S = Cov(x): the geometric mean
     of Cov(x) and Cov(grad log p)^-1, from ``draws`` and the gradients of the log density at
@@ -243,6 +246,7 @@ class LowRankMetric:
         return 0.5 * (matrix + matrix.T)
 
 
+@one_blas_thread
 def fisher_low_rank(draws, gradients, gamma=1e-5, cutoff=2.0):
     """A low-rank-plus-diagonal inverse mass matrix from ``draws`` and the gradients of the
     log density at them, after nutpie's (Seyboldt et al.): the diagonal of

@@ -15,8 +15,8 @@ import scipy.linalg
 import scipy.optimize
 
 from ._kernels._surrogate import NetworkTarget
-from .surrogate import (Surrogate, _all_finite, _one_blas_thread, _real_array, _rms, _rng,
-                        gradient_flops)
+from .parallel import one_blas_thread
+from .surrogate import Surrogate, _all_finite, _real_array, _rms, _rng, gradient_flops
 
 __all__ = ["GaussianProcessSurrogate"]
 
@@ -327,7 +327,7 @@ class GaussianProcessSurrogate(Surrogate):
     # ------------------------------------------------------------------------------------------
     # fitting
 
-    @_one_blas_thread
+    @one_blas_thread
     def fit(self, Q, t, gradients=None, gradient_weight=0.0, online=False, like=None):
         """Fit the hyperparameters and the predictive mean to values of the potential.
 

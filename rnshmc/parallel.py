@@ -1,5 +1,6 @@
 """Seeding and running independent chains, serially or on an executor."""
 import contextlib
+import functools
 import os
 import sys
 import threading
@@ -358,6 +359,19 @@ def blas_limits(threads, user_api=None):
     thread limits that thread's OpenMP kernels)."""
     with _controller().limit(limits=threads, user_api=user_api):
         yield
+
+
+def one_blas_thread(function):
+    """Run ``function`` with one BLAS thread: a multi-threaded BLAS sums in an order that
+    depends on its thread count, and a fit or a metric estimate that changed in its last bits
+    with the number of chains running beside it (a serial run has the machine's threads, a
+    pool of chains fewer each) would change the draws (the same seed must give the same draws
+    whatever the pool). On two cores one thread was no slower."""
+    @functools.wraps(function)
+    def single_threaded(*args, **kwargs):
+        with blas_limits(1):
+            return function(*args, **kwargs)
+    return single_threaded
 
 
 def threads_per_chain(pool, chains):

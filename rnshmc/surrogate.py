@@ -10,7 +10,7 @@ from scipy.linalg.blas import dnrm2, dsyrk
 
 from ._kernels._online import OnlineLeastSquares
 from ._kernels._surrogate import NetworkTarget, hidden_layer
-from .parallel import blas_limits
+from .parallel import one_blas_thread
 
 __all__ = ["Surrogate", "RandomNetworkSurrogate", "surrogate_from_state"]
 
@@ -43,18 +43,6 @@ def _rms(r):
 
 def _all_finite(*arrays):
     return all(a is None or np.all(np.isfinite(a)) for a in arrays)
-
-
-def _one_blas_thread(method):
-    """Run ``method`` with one BLAS thread: a multi-threaded BLAS sums in an order that
-    depends on its thread count, and a fit that changed in its last bits with the number of
-    chains running beside it would change the draws (the same seed must give the same
-    draws whatever the pool). On two cores one thread was no slower."""
-    @functools.wraps(method)
-    def single_threaded(*args, **kwargs):
-        with blas_limits(1):
-            return method(*args, **kwargs)
-    return single_threaded
 
 
 def gradient_flops(dim, n_hidden, whiten=True):
@@ -360,7 +348,7 @@ class RandomNetworkSurrogate(Surrogate):
     # ------------------------------------------------------------------------------------------
     # fitting
 
-    @_one_blas_thread
+    @one_blas_thread
     def fit(self, Q, t, gradients=None, gradient_weight=1.0, online=False, like=None):
         """Fit the output weights to values (and optionally gradients) of the potential.
 
@@ -512,7 +500,7 @@ class RandomNetworkSurrogate(Surrogate):
         self.fit_time_ = time.perf_counter() - start
         return self
 
-    @_one_blas_thread
+    @one_blas_thread
     def partial_fit(self, Q, t, gradients=None, install=True):
         """Update the output weights with new points, as if they had been in the last fit.
 

@@ -4,8 +4,20 @@ from libc.string cimport memcpy
 
 import numpy as np
 
-from ._blas cimport RowMajor, Lower, NoTrans, _dot, _symv, _trmv
+from ._blas cimport RowMajor, NoTrans, _dot, _gemv
 from ._random cimport random_standard_normal_fill
+
+
+cdef inline void lower_times(const double* L, Py_ssize_t n, double* p) noexcept nogil:
+    """p <- L p in place, L lower triangular (row-major, n x n): a plain loop, whose sums
+    run in one order whatever BLAS's thread count (a threaded trmv's may not)."""
+    cdef Py_ssize_t i, j
+    cdef double total
+    for i in range(n - 1, -1, -1):  # (from the last row: p[j < i] still the input's)
+        total = 0.0
+        for j in range(i + 1):
+            total += L[i * n + j] * p[j]
+        p[i] = total
 
 
 cdef class Metric:
@@ -90,7 +102,7 @@ cdef class EuclideanMetric(Metric):
             for i in range(self.dim):
                 p[i] *= self.mass_sqrt[i]
         elif self.kind == METRIC_DENSE:
-            _trmv(RowMajor, Lower, NoTrans, <int> self.dim, self.mass_sqrt, <int> self.dim, p, 1)
+            lower_times(self.mass_sqrt, self.dim, p)
 
     cdef double kinetic_and_velocity(self, const double* p, double* v) noexcept nogil:
         cdef Py_ssize_t i
@@ -101,7 +113,10 @@ cdef class EuclideanMetric(Metric):
             for i in range(self.dim):
                 v[i] = self.inv_mass[i] * p[i]
         else:
-            _symv(RowMajor, Lower, n, 1.0, self.inv_mass, n, p, 1, 0.0, v, 1)
+            # (gemv, not symv: OpenBLAS's threaded symv sums partial vectors in an order that
+            # depends on its thread count, and a serial run has more threads than a pool's
+            # chain; gemv gives each element of v to one thread)
+            _gemv(RowMajor, NoTrans, n, n, 1.0, self.inv_mass, n, p, 1, 0.0, v, 1)
         return 0.5 * _dot(n, p, 1, v, 1)
 
     def kinetic_energy(self, p):

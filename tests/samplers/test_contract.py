@@ -67,6 +67,9 @@ SAMPLERS.update({
     "ARNSHMC (NUTS exploration from L-BFGS)": (gaussian, lambda m: rnshmc.ARNSHMC(
         m, n_hidden=30, kernel="nuts", explore=dict(kernel="nuts", start="lbfgs")),
         dict(draws=200, tune=30)),
+    # (a dense metric at d = 60, where a threaded BLAS's sums would depend on its thread count)
+    "NUTS (dense metric, d 60)": (gaussian60, lambda m: rnshmc.NUTS(m, metric="dense"),
+                                  dict(draws=400, tune=300)),
     # (one unit cannot follow a 60-dimensional Gaussian: the check's sigma hands the chains to
     # exact NUTS, its own warm-up first, from the start of sampling)
     "RNSHMC (surrogate no use: exact NUTS from the start)": (

@@ -18,6 +18,7 @@ import numpy as np
 from ..._kernels._metropolis import MetropolisChain
 from ...adaptation import (WarmupSchedule, fisher_dense, fisher_diagonal, fisher_low_rank,
                            initial_step_size, regularized_variance, terminal_buffer)
+from ...parallel import one_blas_thread
 from ...state import PartState
 from .base import Phase, euclidean_chain, nuts_chain
 
@@ -140,6 +141,7 @@ class MetricWarmup(WindowedWarmup):
                                               n_iter // self.GRADIENT_TERMINAL_SHARE),
                               base_window=self.GRADIENT_WINDOW, min_window=self.GRADIENT_WINDOW)
 
+    @one_blas_thread
     def estimate(self, run, chain):
         chain.take_variance()  # (the C loop's running variance of the draws is not used)
         state = run.state

@@ -18,6 +18,7 @@ import scipy.linalg
 
 from ...adaptation import (fisher_low_rank, initial_step_size, regularized_variance,
                            trajectory_length_for_min_ess)
+from ...parallel import one_blas_thread
 from ...state import PartState, generator_from_json, generator_to_json
 from ...surrogate import Surrogate, gradient_flops, surrogate_from_state
 from ...validation import check_integer, check_real
@@ -551,6 +552,22 @@ def surrogate_nuts_warmup(run, fit, leapfrog, max_tree_depth, target_accept,
                        state.inverse_mass, starts=starts[picks])
 
 
+@one_blas_thread
+def window_metric(draws, gradients, previous):
+    """A warm-up window's dense inverse mass matrix from its draws and gradients
+    (:func:`rnshmc.adaptation.fisher_low_rank`), or ``previous`` where they give none: the
+    gradients in the window are not usable (a surrogate far off, with huge gradients where it
+    extrapolates)."""
+    try:
+        estimate = fisher_low_rank(draws, gradients).dense()
+        if not np.all(np.isfinite(estimate)):
+            raise np.linalg.LinAlgError("not finite")
+        np.linalg.cholesky(estimate)
+        return estimate
+    except (ValueError, np.linalg.LinAlgError):
+        return previous
+
+
 def nuts_warmup(chain, generator, state, leapfrog, target_accept, n_iter, inverse_mass,
                 starts=None):
     """Adapt a positioned NUTS ``chain``'s step size and metric over ``n_iter`` transitions
@@ -575,17 +592,8 @@ def nuts_warmup(chain, generator, state, leapfrog, target_accept, n_iter, invers
         chain.run(generator, 1, 1, False, samples[i:i + 1], records[i:i + 1],
                   gradients=gradients[i:i + 1], adapt_step_size=True)
         if schedule.window_end(i):
-            try:
-                estimate = fisher_low_rank(samples[window_start:i + 1],
-                                           gradients[window_start:i + 1]).dense()
-                if not np.all(np.isfinite(estimate)):
-                    raise np.linalg.LinAlgError("not finite")
-                np.linalg.cholesky(estimate)
-                inverse_mass = estimate
-            except (ValueError, np.linalg.LinAlgError):
-                # the gradients in the window are not usable (a surrogate far off, with huge
-                # gradients where it extrapolates): the metric is kept
-                pass
+            inverse_mass = window_metric(samples[window_start:i + 1],
+                                         gradients[window_start:i + 1], inverse_mass)
             if inverse_mass is not None:
                 chain.metric.set_inverse_mass(inverse_mass)
             chain.restart_step_size_adaptation(
