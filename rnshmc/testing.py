@@ -13,6 +13,7 @@ a :class:`rnshmc.models.calibration.CalibrationProblem` (a prior sampler, a simu
 the model built from data).
 """
 import dataclasses
+import functools
 import time
 import warnings
 
@@ -91,8 +92,8 @@ class SBCResult:
                                      label=self.names[k]) for k, ax in zip(parameters, axes)]
 
 
-def sbc(problem, sampler=None, replications=100, draws=400, chains=4, tune=None, thin=99,
-        rng=0, alpha=0.01, pool=None, **options):
+def sbc(problem, sampler=None, *, run=None, replications=100, draws=400, chains=4, tune=None,
+        thin=99, rng=0, alpha=0.01, pool=None, **options):
     """Simulation-based calibration of ``sampler`` on ``problem``.
 
     For each replication: parameters from the prior, data given them, the posterior sampled
@@ -104,8 +105,14 @@ def sbc(problem, sampler=None, replications=100, draws=400, chains=4, tune=None,
     problem : rnshmc.models.calibration.CalibrationProblem
     sampler : callable or None
         ``sampler(target)``: a sampler (``rnshmc.HMC(target)``, ...), whose ``sample`` is
-        called with ``draws``, ``tune``, ``chains``, ``rng``, ``pool`` and ``options``; None:
-        :func:`rnshmc.sample` (the front door) to an ESS of ``2 * thin``.
+        called with ``draws``, ``tune``, ``chains``, ``rng`` and ``options`` (its chains one
+        after another); None: :func:`rnshmc.sample` (the front door) to an ESS of
+        ``2 * thin``.
+    run : callable, optional
+        Instead of ``sampler``: ``run(target, rng)`` returns the result (a
+        :class:`~rnshmc.SampleResult`) of any way of sampling, e.g. a run stopped and resumed
+        from a checkpoint, or a warm start from an earlier run; ``rng`` is the replication's
+        ``numpy.random.SeedSequence``.
     replications : int
         How many posteriors (default 100).
     draws, chains, tune :
@@ -119,7 +126,9 @@ def sbc(problem, sampler=None, replications=100, draws=400, chains=4, tune=None,
     alpha : float
         The family-wise level of :attr:`SBCResult.passed` (default 0.01).
     pool : executor or None
-        ``sample()``'s pool for each replication's chains.
+        Where the replications run (a ``concurrent.futures`` executor: threads, or processes
+        where the problem and sampler pickle); None: one after another. A replication's
+        draws depend on its seed alone, so the ranks are the same either way.
     **options
         More keyword arguments of ``sample()``.
 
@@ -130,32 +139,20 @@ def sbc(problem, sampler=None, replications=100, draws=400, chains=4, tune=None,
     replications = check_integer(replications, "replications", minimum=10)
     thin = check_integer(thin, "thin", minimum=1)
     alpha = check_real(alpha, "alpha", lower=0.0, upper=1.0)
+    if run is not None and sampler is not None:
+        raise ValueError("give sampler or run, not both")
+    if run is None:
+        run = functools.partial(_sample, sampler, dict(options, draws=draws, tune=tune,
+                                                        chains=chains), thin)
+    replicate = functools.partial(_replicate, problem, run, thin)
     seeds = np.random.SeedSequence(rng).spawn(replications)
-    ranks = np.empty((replications, problem.dim), dtype=np.int64)
-    min_ess = np.empty(replications)
     started = time.perf_counter()
-    for i, seed in enumerate(seeds):
-        data_seed, sampler_seed, rank_seed = seed.spawn(3)
-        generator = np.random.default_rng(data_seed)
-        truth = np.asarray(problem.prior(generator), dtype=np.float64)
-        target = problem.model(problem.simulate(truth, generator))
-        with warnings.catch_warnings():
-            # (a replication's own warnings: the calibration is the verdict)
-            warnings.simplefilter("ignore")
-            if sampler is None:
-                result = front_door(target, ess=2 * thin, rng=sampler_seed, progress=False,
-                                    pool=pool, **options)
-            else:
-                result = sampler(target).sample(draws, tune=tune, chains=chains,
-                                                rng=sampler_seed, progress=False, pool=pool,
-                                                **options)
-        samples = result.samples
-        if samples.shape[1] * samples.shape[0] < thin:
-            raise ValueError(f"replication {i} drew {samples.shape[0]} x {samples.shape[1]} "
-                             f"draws, fewer than thin ({thin})")
-        ranks[i] = rank_statistics(truth, thin_to(samples, thin),
-                                   np.random.default_rng(rank_seed))
-        min_ess[i] = result.health["ess_bulk_min"]
+    with warnings.catch_warnings():
+        # (the replications' own warnings: the calibration is the verdict)
+        warnings.simplefilter("ignore")
+        done = list(map(replicate, seeds) if pool is None else pool.map(replicate, seeds))
+    ranks = np.array([rank for rank, _ in done], dtype=np.int64)
+    min_ess = np.array([ess for _, ess in done])
     short = int(np.sum(~(min_ess >= thin)))
     if short:
         warnings.warn(f"SBC on {problem.name}: {short} of {replications} replications had a "
@@ -171,3 +168,28 @@ def sbc(problem, sampler=None, replications=100, draws=400, chains=4, tune=None,
                      ecdf_p=np.array([t["p_value"] for t in tests]),
                      chi_square_p=np.array(chi_square), alpha=alpha, min_ess=min_ess,
                      seconds=time.perf_counter() - started)
+
+
+def _sample(sampler, settings, thin, target, seed):
+    """One replication's posterior draws by ``sampler`` (None: the front door)."""
+    if sampler is None:
+        return front_door(target, ess=2 * thin, chains=settings["chains"], rng=seed,
+                          progress=False, pool=None)
+    options = dict(settings)
+    draws = options.pop("draws")
+    return sampler(target).sample(draws, rng=seed, progress=False, pool=None, **options)
+
+
+def _replicate(problem, run, thin, seed):
+    """One replication: (the ranks of the prior draw among ``thin`` posterior draws, the
+    run's min bulk ESS)."""
+    data_seed, sampler_seed, rank_seed = seed.spawn(3)
+    generator = np.random.default_rng(data_seed)
+    truth = np.asarray(problem.prior(generator), dtype=np.float64)
+    result = run(problem.model(problem.simulate(truth, generator)), sampler_seed)
+    samples = result.samples
+    if samples.shape[0] * samples.shape[1] < thin:
+        raise ValueError(f"a replication drew {samples.shape[0]} x {samples.shape[1]} draws, "
+                         f"fewer than thin ({thin})")
+    ranks = rank_statistics(truth, thin_to(samples, thin), np.random.default_rng(rank_seed))
+    return ranks, float(result.health["ess_bulk_min"])
