@@ -382,7 +382,7 @@ def _bands(n, n_ranks, alpha):
                      n_ranks=n_ranks)
 
 
-def ecdf_bands(n_replications, n_ranks, alpha=0.05, prob=None):
+def ecdf_bands(n_replications, n_ranks, alpha=0.05):
     """Simultaneous ``1 - alpha`` bands for the ECDF of uniform ranks (Säilynoja et al. 2022).
 
     Under uniformity the ECDF count at each evaluation point is binomial; point-wise
@@ -407,10 +407,7 @@ def ecdf_bands(n_replications, n_ranks, alpha=0.05, prob=None):
     n_ranks : int
         The number of possible rank values, ``L + 1`` for ``L`` posterior draws, at least 2.
     alpha : float
-        One minus the simultaneous coverage, in (0, 1).
-    prob : float, optional
-        The simultaneous coverage itself, ``1 - alpha`` (bayesplot's name); give ``alpha`` or
-        ``prob``, not both.
+        One minus the simultaneous coverage, in (0, 1) (bayesplot's ``prob`` is ``1 - alpha``).
 
     Returns
     -------
@@ -435,13 +432,6 @@ def ecdf_bands(n_replications, n_ranks, alpha=0.05, prob=None):
     """
     n = check_integer(n_replications, "n_replications", 2)
     n_ranks = check_integer(n_ranks, "n_ranks", 2)
-    if prob is not None:
-        prob = float(prob)
-        if not 0.0 < prob < 1.0:
-            raise ValueError(f"prob must be in (0, 1), got {prob}")
-        if alpha != 0.05 and not math.isclose(alpha, 1.0 - prob):
-            raise ValueError(f"give alpha or prob, not both (alpha={alpha}, prob={prob})")
-        alpha = 1.0 - prob
     return _bands(n, n_ranks, check_real(alpha, "alpha", lower=0.0, upper=1.0))
 
 

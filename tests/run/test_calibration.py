@@ -309,10 +309,9 @@ def test_ecdf_bands_have_simultaneous_coverage(n, n_ranks):
     pointwise_upper = stats.binom.ppf(1 - ALPHA / 2, n, bands.z)
     pointwise = np.all((pointwise_lower <= counts) & (counts <= pointwise_upper), axis=1)
     assert pointwise.mean() < 0.8, pointwise.mean()
-    # the bands as ECDF values; the band holds the uniform CDF, and prob is 1 - alpha
+    # the bands as ECDF values; the band holds the uniform CDF
     assert np.allclose(bands.lower, bands.lower_count / n)
     assert np.all((bands.lower <= bands.z) & (bands.z <= bands.upper))
-    assert ecdf_bands(n, n_ranks, prob=1 - ALPHA).gamma == bands.gamma
     # ecdf_uniformity agrees with the bands, and p_value > alpha exactly when inside
     for row, rank_set in zip(counts[:50], ranks):
         result = ecdf_uniformity(rank_set, n_ranks)
@@ -362,10 +361,6 @@ def test_ecdf_rejects_bad_input():
         ecdf_bands(10, 1)
     with pytest.raises(ValueError, match="alpha"):
         ecdf_bands(10, 10, alpha=1.0)
-    with pytest.raises(ValueError, match="prob"):
-        ecdf_bands(10, 10, prob=0.0)
-    with pytest.raises(ValueError, match="not both"):
-        ecdf_bands(10, 10, alpha=0.1, prob=0.95)
     with pytest.raises(TypeError, match="integer"):
         ecdf_bands(10.5, 10)
     with pytest.raises(ValueError, match="lie in"):
