@@ -368,14 +368,15 @@ def test_softabs_auto_keeps_a_positive_definite_hessian_and_maps_an_indefinite_o
         surrogate = rnshmc.RandomNetworkSurrogate(2, n_hidden=200, rng=rng_seed(1)).fit(Q, U, G)
         for kind in ("hessian", "diagonal"):
             fit = FitState()
-            SurrogateMetric(kind, "auto", {}, LeapfrogSettings()).choose_softabs(fit, surrogate,
-                                                                               Q)
+            SurrogateMetric(kind, "auto", {}, LeapfrogSettings()).choose_softabs(
+                fit, surrogate, Q, start=Q[0])
             if name == "gaussian":
                 assert fit.softabs == 0.0
             else:
                 assert fit.softabs == pytest.approx(np.linalg.eigvalsh(np.cov(Q.T))[-1])
             fit = FitState()
-            SurrogateMetric(kind, 2.5, {}, LeapfrogSettings()).choose_softabs(fit, surrogate, Q)
+            SurrogateMetric(kind, 2.5, {}, LeapfrogSettings()).choose_softabs(fit, surrogate, Q,
+                                                                            start=Q[0])
             assert fit.softabs == 2.5  # a given sharpness is kept
 
 
@@ -539,3 +540,29 @@ def test_rns_rmhmc_earlier_names_are_refused_naming_the_new_spelling():
                                                            progress=False, pool=None)
     np.testing.assert_array_equal(result.n_gradient_evals, 80 * 4 + 1)  # 4 fixed steps
     np.testing.assert_array_equal(result.n_train, 50)
+
+
+class QuadraticSurrogate:
+    """A surrogate whose Hessian is the identity, except negative definite in its first
+    coordinate beyond q[0] > 5 (the choice of SoftAbs needs only ``hessian``)."""
+
+    def hessian(self, q):
+        hessian = np.eye(len(q))
+        if q[0] > 5.0:
+            hessian[0, 0] = -1.0
+        return hessian
+
+
+@pytest.mark.parametrize("start, softabs", [([0.0, 0.0], False), ([6.0, 0.0], True)])
+def test_softabs_auto_where_the_chain_starts_is_indefinite(start, softabs):
+    """The Hessian as it is only where it is positive definite at the training states and
+    where the chain starts on it (a start where it is not raised an error: one of 500
+    simulated logistic regressions in the calibration grid)."""
+    from rnshmc.samplers.phases.base import LeapfrogSettings
+    from rnshmc.samplers.phases.fit import FitState
+    from rnshmc.samplers.phases.riemannian import SurrogateMetric
+    fit_state = FitState()
+    Q = np.random.default_rng(rng_seed(0)).uniform(-1.0, 1.0, size=(50, 2))
+    SurrogateMetric("hessian", "auto", {}, LeapfrogSettings()).choose_softabs(
+        fit_state, QuadraticSurrogate(), Q, start=np.array(start))
+    assert (fit_state.softabs > 0) == softabs

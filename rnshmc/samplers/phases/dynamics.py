@@ -471,7 +471,8 @@ class SurrogateSampling(WatchedPhase):
         surrogate = self.fit.fit(state, run.generator, np.vstack([Q0, Q]),
                                  np.concatenate([U0, U]), G, n_hidden)
         if self.metric is not None:
-            self.metric.choose_softabs(FitState.of(state), surrogate, np.vstack([Q0, Q]))
+            self.metric.choose_softabs(FitState.of(state), surrogate, np.vstack([Q0, Q]),
+                                       start=state.kernel["position"])
         dynamics.n_refits += 1
         dynamics.events[-1].update(
             misfit_before=float(np.sqrt(np.mean((misfit - misfit.mean()) ** 2))),

@@ -116,7 +116,8 @@ class RiemannianKernel:
         fit_state.surrogate_n_steps = self.metric.leapfrog.n_steps
         fit_state.exact_n_steps = fit.choose_n_steps(run, per="step")
         Q, _, _ = fit.exploration.training_rows(run.state)
-        self.metric.choose_softabs(fit_state, fit.surrogate(run.state), Q)
+        self.metric.choose_softabs(fit_state, fit.surrogate(run.state), Q,
+                                   start=run.state.kernel["position"])
 
 
 class SurrogateMetric:
@@ -128,9 +129,10 @@ class SurrogateMetric:
     kind : {"hessian", "diagonal"}
     softabs : float or "auto"
         SoftAbs sharpness alpha (0: the Hessian as it is). "auto": the Hessian as it is where
-        it is positive definite at every training state (at most ``CHECKED_STATES`` of them),
-        else SoftAbs with alpha the training states' largest variance, so that the metric's
-        smallest eigenvalue, 1/alpha, is their smallest precision. Chosen again at each refit.
+        it is positive definite at every training state (at most ``CHECKED_STATES`` of them)
+        and where the chain starts on it, else SoftAbs with alpha the training states' largest
+        variance, so that the metric's smallest eigenvalue, 1/alpha, is their smallest
+        precision. Chosen again at each refit.
     solver : dict
         ``GeneralizedLeapfrog``'s settings.
     leapfrog : LeapfrogSettings
@@ -142,13 +144,17 @@ class SurrogateMetric:
     def __init__(self, kind, softabs, solver, leapfrog):
         self.kind, self.softabs, self.solver, self.leapfrog = kind, softabs, solver, leapfrog
 
-    def choose_softabs(self, fit_state, surrogate, Q):
-        """Set ``fit_state.softabs`` for ``surrogate`` fitted to the states ``Q``."""
+    def choose_softabs(self, fit_state, surrogate, Q, start):
+        """Set ``fit_state.softabs`` for ``surrogate`` fitted to the states ``Q``, on which the
+        chain starts at ``start`` (a chain cannot start where the metric is not defined: with
+        the Hessian checked at training states alone, one of 500 simulated logistic
+        regressions started RNS-RMHMC where it was not positive definite, an error)."""
         if self.softabs != "auto":
             fit_state.softabs = float(self.softabs)
             return
         Q = np.unique(Q, axis=0)
-        rows = Q[np.linspace(0, len(Q) - 1, min(len(Q), self.CHECKED_STATES)).astype(int)]
+        rows = np.vstack([Q[np.linspace(0, len(Q) - 1, min(len(Q), self.CHECKED_STATES))
+                            .astype(int)], np.reshape(start, (1, -1))])
         fit_state.softabs = 0.0 if all(map(self._positive_definite, (surrogate.hessian(q)
                                                                       for q in rows))) \
             else float(np.linalg.eigvalsh(np.atleast_2d(np.cov(Q, rowvar=False)))[-1])
