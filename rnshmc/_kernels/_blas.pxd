@@ -53,3 +53,31 @@ cdef void _syrk(BLAS_Order order, BLAS_Uplo uplo, BLAS_Trans trans, int n, int k
                 const double* A, int lda, double beta, double* C, int ldc) noexcept nogil
 cdef void _trsm(BLAS_Order order, BLAS_Side side, BLAS_Uplo uplo, BLAS_Trans ta, int m, int n,
                 double alpha, const double* A, int lda, double* B, int ldb) noexcept nogil
+
+
+# Small matrix products as plain loops, not BLAS, inside a chain's transitions: a threaded
+# BLAS (symv, trmv, and gemv in the OpenBLAS of the oldest supported NumPy) sums in an order
+# that depends on its thread count, and a serial run has more BLAS threads than a pool's
+# chain, so the same seed drew differently serially and on threads (NUTS with a dense metric
+# on a 60-d Gaussian). n^2 operations, small beside a gradient at the dimensions they serve.
+cdef inline void matrix_times(const double* A, Py_ssize_t n, const double* p,
+                              double* v) noexcept nogil:
+    """v <- A p (row-major, n x n)."""
+    cdef Py_ssize_t i, j
+    cdef double total
+    for i in range(n):
+        total = 0.0
+        for j in range(n):
+            total += A[i * n + j] * p[j]
+        v[i] = total
+
+
+cdef inline void lower_times(const double* L, Py_ssize_t n, double* p) noexcept nogil:
+    """p <- L p in place, L lower triangular (row-major, n x n)."""
+    cdef Py_ssize_t i, j
+    cdef double total
+    for i in range(n - 1, -1, -1):  # (from the last row: p[j < i] still the input's)
+        total = 0.0
+        for j in range(i + 1):
+            total += L[i * n + j] * p[j]
+        p[i] = total

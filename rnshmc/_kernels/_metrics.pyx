@@ -4,36 +4,10 @@ from libc.string cimport memcpy
 
 import numpy as np
 
-from ._blas cimport _dot
+from ._blas cimport _dot, lower_times, matrix_times
 from ._random cimport random_standard_normal_fill
 
 
-# The dense metric's products are plain loops, not BLAS: a threaded BLAS (symv, trmv, and
-# gemv in older OpenBLAS builds) sums in an order that depends on its thread count, and a
-# serial run has more BLAS threads than a pool's chain, so the same seed drew differently
-# serially and on threads (NUTS with a dense metric at d = 60). d^2 operations a step, small
-# beside a gradient at the dimensions a dense metric is used at.
-cdef inline void matrix_times(const double* A, Py_ssize_t n, const double* p,
-                              double* v) noexcept nogil:
-    """v <- A p (row-major, n x n)."""
-    cdef Py_ssize_t i, j
-    cdef double total
-    for i in range(n):
-        total = 0.0
-        for j in range(n):
-            total += A[i * n + j] * p[j]
-        v[i] = total
-
-
-cdef inline void lower_times(const double* L, Py_ssize_t n, double* p) noexcept nogil:
-    """p <- L p in place, L lower triangular (row-major, n x n)."""
-    cdef Py_ssize_t i, j
-    cdef double total
-    for i in range(n - 1, -1, -1):  # (from the last row: p[j < i] still the input's)
-        total = 0.0
-        for j in range(i + 1):
-            total += L[i * n + j] * p[j]
-        p[i] = total
 
 
 cdef class Metric:

@@ -3,7 +3,7 @@ from libc.math cimport cos, exp, log, sin, INFINITY, M_PI
 
 import numpy as np
 
-from ._blas cimport RowMajor, Lower, _dot, _symv
+from ._blas cimport _dot, matrix_times
 from ._targets cimport CTarget
 
 
@@ -31,14 +31,14 @@ cdef class GaussianTarget(CTarget):
         cdef double* centred = scratch
         for i in range(self.dim):
             centred[i] = q[i] - self.mean[i]
-        _symv(RowMajor, Lower, n, 1.0, &self.precision[0, 0], n, centred, 1, 0.0, grad, 1)
+        matrix_times(&self.precision[0, 0], n, centred, grad)
         U[0] = 0.5 * _dot(n, centred, 1, grad, 1)
         return 0
 
     cdef int hessian_vector(self, const double* q, const double* u, double* out,
                             double* scratch) except -1 nogil:
         cdef int n = <int> self.dim
-        _symv(RowMajor, Lower, n, 1.0, &self.precision[0, 0], n, u, 1, 0.0, out, 1)
+        matrix_times(&self.precision[0, 0], n, u, out)
         return 0
 
 
