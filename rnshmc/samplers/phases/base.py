@@ -21,6 +21,7 @@ where each segment stops and calls it after each. This module also holds the set
 exact leapfrog chain (checked once) and a chain's first position
 (:func:`start_where_finite`). It imports nothing of the other phase modules.
 """
+import contextlib
 import dataclasses
 from typing import Optional
 
@@ -206,11 +207,11 @@ def approach_mode(chain, max_evals=LBFGS_START_EVALS):
             best.update(U=U, q=np.array(q))
         return U, chain.gradient
 
-    try:
+    # (L-BFGS-B may ask for a few evaluations past maxfun: the budget is enforced by the
+    # exception, and the best point found so far is kept either way)
+    with contextlib.suppress(_EvaluationsSpent):
         minimize(potential_and_gradient, best["q"], jac=True, method="L-BFGS-B",
                  options=dict(maxfun=max_evals, maxiter=max_evals))
-    except _EvaluationsSpent:
-        pass
     if last[0] is None or not np.array_equal(last[0], best["q"]):
         chain.set_position(best["q"])
 
